@@ -1,0 +1,39 @@
+# dllm-bench — `make help` lists the targets.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# CPU build by default; a GPU user passes e.g. TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
+TORCH_SPEC ?= torch==2.13.0
+STAMP := $(VENV)/.installed
+
+.PHONY: help setup test lint demo bench reproduce-table clean-venv
+
+help:  ## list targets
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-18s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(TORCH_SPEC)
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+setup: $(STAMP)  ## create .venv (if missing) and install the project with dev extras
+
+test: setup  ## run the test suite
+	$(PY) -m pytest -q tests
+
+lint: setup  ## ruff
+	$(VENV)/bin/ruff check dllm_bench tests scripts
+
+clean-venv:  ## remove the virtual environment
+	rm -rf $(VENV)
+
+demo: setup  ## sweep selectors x caches on the embedded tiny model; table, CSVs and Pareto plot under results/demo/
+	$(PY) scripts/demo.py
+
+bench: setup  ## decoding-engine benchmarks; CSVs under results/bench/
+	$(PY) scripts/bench.py
+
+reproduce-table: setup  ## build paper tables (TABLE=<name> for one); runs missing runs the machine can run
+	$(PY) scripts/reproduce_table.py $(if $(TABLE),--table $(TABLE),--all)
