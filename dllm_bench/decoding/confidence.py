@@ -1,0 +1,91 @@
+"""Token choice and confidence, computed only at candidate positions.
+
+The published LLaDA code takes a float64 softmax over the whole canvas and vocabulary every step; here the
+logits of the candidates ([N, V], N = masked positions in the window) are gathered first and only those
+are converted to the requested precision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+MEASURES = ("top1_prob", "margin", "neg_entropy", "random")
+PRECISIONS = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_precision(precision: str | torch.dtype | None, model_dtype: torch.dtype) -> torch.dtype:
+    """Confidence dtype from a name ('float64', ..., 'model' = the logits' dtype) or a torch dtype."""
+    if isinstance(precision, torch.dtype):
+        return precision
+    if precision is None or precision == "model":
+        return model_dtype
+    if precision not in PRECISIONS:
+        raise ValueError(f"confidence precision {precision!r} is not one of {sorted(PRECISIONS)} or 'model'")
+    return PRECISIONS[precision]
+
+
+def check_measure(measure: str) -> str:
+    """Validate a confidence measure name."""
+    if measure not in MEASURES:
+        raise ValueError(f"confidence measure {measure!r} is not one of {MEASURES}")
+    return measure
+
+
+def _uniform_rows(counts: Sequence[int], shape_tail: tuple[int, ...], generators, dtype, device) -> torch.Tensor:
+    """U(0,1) draws for each row's candidates from that row's own generator (batch-independent noise)."""
+    parts = [
+        torch.rand((n, *shape_tail), generator=g, dtype=dtype, device=device)
+        for n, g in zip(counts, generators)
+        if n > 0
+    ]
+    if not parts:
+        return torch.empty((0, *shape_tail), dtype=dtype, device=device)
+    return torch.cat(parts, dim=0)
+
+
+def candidate_predictions(
+    logits: torch.Tensor,
+    counts: Sequence[int],
+    *,
+    measure: str = "top1_prob",
+    dtype: torch.dtype = torch.float64,
+    temperature: float = 0.0,
+    forbidden_token_ids: Sequence[int] = (),
+    generators: Sequence[torch.Generator] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token choice x0 [N] and confidence [N] from candidate logits [N, V] (rows in batch order).
+
+    ``counts`` gives how many of the N candidates belong to each batch row, so noise (Gumbel for
+    temperature > 0, uniform for the 'random' measure) is drawn from each row's own generator.
+    Temperature follows the LLaDA code: x0 = argmax(exp(l) / (-log U)^T) in float64, confidence from the
+    untempered softmax.
+    """
+    work = logits.to(dtype)
+    if forbidden_token_ids:
+        work = work.clone()
+        work[:, list(forbidden_token_ids)] = float("-inf")
+    if temperature > 0:
+        if generators is None:
+            raise ValueError("temperature > 0 needs per-row generators")
+        noise = _uniform_rows(counts, (work.shape[-1],), generators, torch.float64, work.device)
+        gumbel = work.to(torch.float64) - temperature * torch.log(-torch.log(noise))
+        x0 = gumbel.argmax(dim=-1)
+    else:
+        x0 = work.argmax(dim=-1)
+    if measure == "random":
+        if generators is None:
+            raise ValueError("the 'random' confidence measure needs per-row generators")
+        return x0, _uniform_rows(counts, (), generators, dtype, work.device)
+    if measure == "top1_prob":
+        conf = torch.softmax(work, dim=-1).gather(-1, x0.unsqueeze(-1)).squeeze(-1)
+    elif measure == "margin":
+        top2 = torch.softmax(work, dim=-1).topk(2, dim=-1).values
+        conf = top2[:, 0] - top2[:, 1]
+    elif measure == "neg_entropy":
+        log_probs = torch.log_softmax(work, dim=-1)
+        conf = (log_probs.exp() * log_probs.nan_to_num(neginf=0.0)).sum(dim=-1)
+    else:
+        raise ValueError(f"confidence measure {measure!r} is not one of {MEASURES}")
+    return x0, conf

@@ -1,0 +1,145 @@
+"""Model configuration: one dataclass for both network flavours, parsed from a checkpoint's ``config.json``.
+
+The flavour comes from ``model_type`` (never from the checkpoint's name); the tensor naming scheme from the
+config's key style (LLaDA's OLMo-style keys vs LLaMA/Qwen2-style keys), overridable by the tensors on disk.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+FLAVOURS = ("llada", "dream")
+TENSOR_NAMINGS = ("olmo", "llama")
+
+# model_type values (as written in real config.json files) -> flavour
+MODEL_TYPES = {"llada": "llada", "Dream": "dream", "dream": "dream"}
+
+
+class ConfigError(ValueError):
+    """A config.json that does not describe a supported network."""
+
+
+@dataclass
+class ModelConfig:
+    """Architecture and special tokens of a LLaDA- or Dream-flavoured bidirectional transformer."""
+
+    flavour: str
+    vocab_size: int  # rows of the embedding and LM head (LLaDA: embedding_size, padded)
+    d_model: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    mlp_hidden_size: int
+    rope_theta: float
+    rms_norm_eps: float
+    mask_token_id: int
+    eos_token_id: int
+    pad_token_id: int
+    bos_token_id: int | None = None
+    eot_token_id: int | None = None  # end of turn: LLaDA <|eot_id|>, Dream <|im_end|>
+    qkv_bias: bool = False
+    tensor_naming: str = "olmo"
+    max_sequence_length: int = 4096
+    is_instruct: bool = False
+    name_or_path: str = ""
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.flavour not in FLAVOURS:
+            raise ConfigError(f"flavour {self.flavour!r} is not supported; allowed: {FLAVOURS}")
+        if self.tensor_naming not in TENSOR_NAMINGS:
+            raise ConfigError(f"tensor_naming {self.tensor_naming!r} is not supported; allowed: {TENSOR_NAMINGS}")
+        if self.d_model % self.n_heads:
+            raise ConfigError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
+        if self.n_heads % self.n_kv_heads:
+            raise ConfigError(f"n_heads {self.n_heads} is not divisible by n_kv_heads {self.n_kv_heads}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def shift_logits(self) -> bool:
+        """Dream predicts position i from hidden state i-1; the network shifts so callers never see it."""
+        return self.flavour == "dream"
+
+    @property
+    def stop_token_ids(self) -> tuple[int, ...]:
+        """Ids that end an answer (EOS and end-of-turn)."""
+        ids = [self.eos_token_id] + ([self.eot_token_id] if self.eot_token_id is not None else [])
+        return tuple(dict.fromkeys(ids))
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("raw")
+        return d
+
+    @classmethod
+    def from_hf_config(cls, cfg: dict[str, Any], name_or_path: str = "") -> ModelConfig:
+        """Parse a real ``config.json`` (LLaDA OLMo-style or LLaMA-style keys, or Dream/Qwen2 keys)."""
+        model_type = cfg.get("model_type")
+        if model_type not in MODEL_TYPES:
+            raise ConfigError(
+                f"config.json of {name_or_path or '<config>'} has model_type {model_type!r}; "
+                f"allowed: {sorted(MODEL_TYPES)}"
+            )
+        flavour = MODEL_TYPES[model_type]
+
+        def need(*keys: str) -> Any:
+            for k in keys:
+                if cfg.get(k) is not None:
+                    return cfg[k]
+            raise ConfigError(f"config.json of {name_or_path or '<config>'} lacks {' / '.join(keys)}")
+
+        common = dict(
+            flavour=flavour,
+            rms_norm_eps=float(need("rms_norm_eps")),
+            rope_theta=float(need("rope_theta")),
+            mask_token_id=int(need("mask_token_id")),
+            eos_token_id=int(need("eos_token_id")),
+            name_or_path=name_or_path,
+            is_instruct=_looks_instruct(cfg, name_or_path),
+            raw=dict(cfg),
+        )
+        common["pad_token_id"] = int(cfg.get("pad_token_id", common["eos_token_id"]))
+        if cfg.get("bos_token_id") is not None:
+            common["bos_token_id"] = int(cfg["bos_token_id"])
+        if "d_model" in cfg:  # LLaDA, OLMo-style keys
+            if cfg.get("weight_tying"):
+                raise ConfigError("weight_tying=true is not a LLaDA checkpoint layout we know; expected false")
+            n_heads = int(need("n_heads"))
+            return cls(
+                vocab_size=int(cfg.get("embedding_size") or need("vocab_size")),
+                d_model=int(cfg["d_model"]),
+                n_layers=int(need("n_layers")),
+                n_heads=n_heads,
+                n_kv_heads=int(cfg.get("n_kv_heads") or n_heads),
+                mlp_hidden_size=int(need("mlp_hidden_size")),
+                qkv_bias=bool(cfg.get("include_qkv_bias") or cfg.get("include_bias")),
+                tensor_naming="olmo",
+                max_sequence_length=int(cfg.get("max_sequence_length", 4096)),
+                **common,
+            )
+        n_heads = int(need("num_attention_heads"))
+        return cls(
+            vocab_size=int(need("vocab_size")),
+            d_model=int(need("hidden_size")),
+            n_layers=int(need("num_hidden_layers")),
+            n_heads=n_heads,
+            n_kv_heads=int(cfg.get("num_key_value_heads") or n_heads),
+            mlp_hidden_size=int(need("intermediate_size")),
+            # Qwen2 (Dream) always has q/k/v biases; LLaMA-style LLaDA says so in attention_bias.
+            qkv_bias=True if flavour == "dream" else bool(cfg.get("attention_bias", False)),
+            tensor_naming="llama",
+            max_sequence_length=int(cfg.get("max_position_embeddings", 4096)),
+            **common,
+        )
+
+
+def _looks_instruct(cfg: dict[str, Any], name_or_path: str) -> bool:
+    """Instruct models get the chat template; an explicit ``dllm_bench_instruct`` key wins over the name."""
+    if "dllm_bench_instruct" in cfg:
+        return bool(cfg["dllm_bench_instruct"])
+    name = f"{cfg.get('_name_or_path', '')} {name_or_path}".lower()
+    return "instruct" in name

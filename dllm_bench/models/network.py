@@ -1,0 +1,303 @@
+"""The bidirectional transformer behind LLaDA and Dream, in one readable file.
+
+Both flavours are the same network: RMSNorm, rotary attention without a causal mask, SwiGLU MLP and an untied
+LM head. LLaDA has no biases; Dream (Qwen2) has q/k/v biases, grouped-query attention, and predicts token i
+from hidden state i-1, which :meth:`DiffusionLM.forward` undoes so that every caller sees "logits at position i
+predict token i".
+
+Caching is an argument, not a second copy of the model: ``forward(..., cache=obj)`` hands each layer to
+``obj.run_layer``, which runs the same :class:`Block` pieces (``qkv``, ``attend``, ``ffn``) on whichever
+positions it decides to recompute (see :mod:`dllm_bench.models.cache`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import ModelConfig
+
+# canonical parameter name -> checkpoint tensor name, per naming scheme ("{i}" = layer index)
+_LAYER_NAMES = {
+    "olmo": {
+        "attn_norm.weight": "model.transformer.blocks.{i}.attn_norm.weight",
+        "q_proj.weight": "model.transformer.blocks.{i}.q_proj.weight",
+        "q_proj.bias": "model.transformer.blocks.{i}.q_proj.bias",
+        "k_proj.weight": "model.transformer.blocks.{i}.k_proj.weight",
+        "k_proj.bias": "model.transformer.blocks.{i}.k_proj.bias",
+        "v_proj.weight": "model.transformer.blocks.{i}.v_proj.weight",
+        "v_proj.bias": "model.transformer.blocks.{i}.v_proj.bias",
+        "o_proj.weight": "model.transformer.blocks.{i}.attn_out.weight",
+        "ffn_norm.weight": "model.transformer.blocks.{i}.ff_norm.weight",
+        "gate_proj.weight": "model.transformer.blocks.{i}.ff_proj.weight",
+        "up_proj.weight": "model.transformer.blocks.{i}.up_proj.weight",
+        "down_proj.weight": "model.transformer.blocks.{i}.ff_out.weight",
+    },
+    "llama": {
+        "attn_norm.weight": "model.layers.{i}.input_layernorm.weight",
+        "q_proj.weight": "model.layers.{i}.self_attn.q_proj.weight",
+        "q_proj.bias": "model.layers.{i}.self_attn.q_proj.bias",
+        "k_proj.weight": "model.layers.{i}.self_attn.k_proj.weight",
+        "k_proj.bias": "model.layers.{i}.self_attn.k_proj.bias",
+        "v_proj.weight": "model.layers.{i}.self_attn.v_proj.weight",
+        "v_proj.bias": "model.layers.{i}.self_attn.v_proj.bias",
+        "o_proj.weight": "model.layers.{i}.self_attn.o_proj.weight",
+        "ffn_norm.weight": "model.layers.{i}.post_attention_layernorm.weight",
+        "gate_proj.weight": "model.layers.{i}.mlp.gate_proj.weight",
+        "up_proj.weight": "model.layers.{i}.mlp.up_proj.weight",
+        "down_proj.weight": "model.layers.{i}.mlp.down_proj.weight",
+    },
+}
+_TOP_NAMES = {
+    "olmo": {
+        "embed.weight": "model.transformer.wte.weight",
+        "norm.weight": "model.transformer.ln_f.weight",
+        "lm_head.weight": "model.transformer.ff_out.weight",
+    },
+    "llama": {"embed.weight": "model.embed_tokens.weight", "norm.weight": "model.norm.weight", "lm_head.weight": "lm_head.weight"},
+}
+
+
+def checkpoint_name(canonical: str, naming: str) -> str:
+    """Map our parameter name (``layers.3.q_proj.weight``) to the checkpoint's tensor name."""
+    if canonical in _TOP_NAMES[naming]:
+        return _TOP_NAMES[naming][canonical]
+    _, idx, rest = canonical.split(".", 2)
+    return _LAYER_NAMES[naming][rest].format(i=idx)
+
+
+def canonical_name(ckpt: str, naming: str) -> str | None:
+    """Inverse of :func:`checkpoint_name`; None for a name that the scheme does not have."""
+    for canon, name in _TOP_NAMES[naming].items():
+        if ckpt == name:
+            return canon
+    for canon, pattern in _LAYER_NAMES[naming].items():
+        head, tail = pattern.split("{i}")
+        if ckpt.startswith(head) and ckpt.endswith(tail):
+            idx = ckpt[len(head) : len(ckpt) - len(tail)]
+            if idx.isdigit():
+                return f"layers.{idx}.{canon}"
+    return None
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm computed in float32, cast back, then scaled (as LLaDA and Qwen2 do)."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(x.dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin tables [B, 1, S, head_dim] in float32 for integer positions [B, S]."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim))
+    freqs = positions.float()[..., None] * inv_freq  # [B, S, D/2]
+    emb = torch.cat((freqs, freqs), dim=-1)[:, None]
+    return emb.cos(), emb.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate [B, H, T, D] by cos/sin [B, 1, T, D]; in float32 like LLaDA's ``rope_full_precision``."""
+    xf = x.float()
+    return (xf * cos + rotate_half(xf) * sin).to(x.dtype)
+
+
+@dataclass
+class LayerContext:
+    """What every layer of one forward shares: rotary tables over the whole canvas, the key mask, the query span.
+
+    ``cos``/``sin`` are [B, 1, S, D] for all S canvas positions (keys always cover the canvas); queries are
+    the positions ``[start, start + length)`` unless a cache picks others with an index.
+    """
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+    key_mask: torch.Tensor | None  # [B, S] bool, True = may be attended
+    start: int
+    length: int
+
+    def query_rope(self, index: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos/sin for the query positions: the span, or the positions ``index`` [B, n]."""
+        if index is None:
+            sl = slice(self.start, self.start + self.length)
+            return self.cos[:, :, sl], self.sin[:, :, sl]
+        gather = index[:, None, :, None].expand(-1, 1, -1, self.cos.shape[-1])
+        return self.cos.gather(2, gather), self.sin.gather(2, gather)
+
+
+class Block(nn.Module):
+    """One transformer layer, exposed as pieces (qkv, attend, ffn) so caches can run them on chosen positions."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        d, hd = cfg.d_model, cfg.head_dim
+        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, hd
+        self.attn_norm = RMSNorm(d, cfg.rms_norm_eps)
+        self.q_proj = nn.Linear(d, cfg.n_heads * hd, bias=cfg.qkv_bias)
+        self.k_proj = nn.Linear(d, cfg.n_kv_heads * hd, bias=cfg.qkv_bias)
+        self.v_proj = nn.Linear(d, cfg.n_kv_heads * hd, bias=cfg.qkv_bias)
+        self.o_proj = nn.Linear(cfg.n_heads * hd, d, bias=False)
+        self.ffn_norm = RMSNorm(d, cfg.rms_norm_eps)
+        self.gate_proj = nn.Linear(d, cfg.mlp_hidden_size, bias=False)
+        self.up_proj = nn.Linear(d, cfg.mlp_hidden_size, bias=False)
+        self.down_proj = nn.Linear(cfg.mlp_hidden_size, d, bias=False)
+
+    def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
+        b, t, _ = x.shape
+        return x.view(b, t, n, self.head_dim).transpose(1, 2)  # [B, n, T, D]
+
+    def qkv(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Normed projections of residual stream h [B, T, d]: q [B, H, T, D], k and v [B, Hkv, T, D] (no RoPE)."""
+        x = self.attn_norm(h)
+        return (
+            self._heads(self.q_proj(x), self.n_heads),
+            self._heads(self.k_proj(x), self.n_kv_heads),
+            self._heads(self.v_proj(x), self.n_kv_heads),
+        )
+
+    def value(self, h: torch.Tensor) -> torch.Tensor:
+        """v [B, Hkv, T, D] alone (dLLM-Cache's V-verify needs only this)."""
+        return self._heads(self.v_proj(self.attn_norm(h)), self.n_kv_heads)
+
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: LayerContext, q_index: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Attention output (after o_proj) [B, T, d] of queries q over all canvas keys k, v [B, Hkv, S, D]."""
+        q_cos, q_sin = ctx.query_rope(q_index)
+        q = apply_rope(q, q_cos, q_sin)
+        k = apply_rope(k, ctx.cos, ctx.sin)
+        mask = None if ctx.key_mask is None else ctx.key_mask[:, None, None, :]
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.n_kv_heads != self.n_heads)
+        b, _, t, _ = out.shape
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
+
+    def ffn(self, h: torch.Tensor) -> torch.Tensor:
+        """SwiGLU MLP output [B, T, d] (LLaDA: ff_proj is the SiLU gate, up_proj the linear branch)."""
+        x = self.ffn_norm(h)
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+    def forward(self, h: torch.Tensor, ctx: LayerContext, kv_update: Any = None) -> torch.Tensor:
+        """Plain layer; ``kv_update(k, v) -> (k_all, v_all)`` lets a KV cache merge the span into stored keys."""
+        q, k, v = self.qkv(h)
+        if kv_update is not None:
+            k, v = kv_update(k, v)
+        h = h + self.attend(q, k, v, ctx)
+        return h + self.ffn(h)
+
+
+class DiffusionLM(nn.Module):
+    """LLaDA / Dream masked-diffusion language model; ``state_dict()`` uses the checkpoint's own tensor names."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embed = nn.Embedding(config.vocab_size, config.d_model)
+        self.layers = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        self.norm = RMSNorm(config.d_model, config.rms_norm_eps)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.tokenizer: Any = None  # set by load_model
+        self._register_state_dict_hook(_to_checkpoint_names)
+        self._register_load_state_dict_pre_hook(_from_checkpoint_names, with_module=True)
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed.weight.dtype
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        cache: Any = None,
+        start: int = 0,
+        embed_override: tuple[torch.Tensor, torch.Tensor] | None = None,
+        logits_range: tuple[int, int] | None = None,
+    ) -> torch.Tensor:
+        """Logits [B, T, V] for ``input_ids`` [B, T] placed at canvas positions ``[start, start + T)``.
+
+        attention_mask / position_ids / embed_override cover the whole canvas [B, S] (S = T without a cache).
+        A partial span (start > 0 or T < S) needs a filled KV cache holding the other positions.
+        ``logits_range=(a, b)`` (absolute positions inside the span) computes the LM head only there.
+        """
+        b, t = input_ids.shape
+        s = self._canvas_length(t, start, attention_mask, cache)
+        if start < 0 or start + t > s:
+            raise ValueError(f"span [{start}, {start + t}) is outside the canvas of length {s}")
+        # Dream's logits at i come from hidden state i-1: for a span starting at start > 0 also run start-1.
+        q_lo = start - 1 if (self.config.shift_logits and start > 0) else start
+        if q_lo < start:
+            input_ids = torch.cat([cache.token_ids(q_lo, start), input_ids], dim=1)
+        if attention_mask is not None:
+            attention_mask = attention_mask.to(device=input_ids.device).bool()
+            if position_ids is None:
+                position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        if position_ids is None:
+            position_ids = torch.arange(s, device=input_ids.device).expand(b, s)
+        cos, sin = rope_cos_sin(position_ids, self.config.head_dim, self.config.rope_theta)
+        ctx = LayerContext(cos=cos, sin=sin, key_mask=attention_mask, start=q_lo, length=start + t - q_lo)
+
+        h = self.embed(input_ids)
+        if embed_override is not None:
+            where, embeds = embed_override
+            sl = slice(q_lo, start + t)
+            h = torch.where(where[:, sl, None].to(h.device), embeds[:, sl].to(h), h)
+        if cache is not None:
+            cache.begin(input_ids, q_lo, s)
+        for i, block in enumerate(self.layers):
+            h = block(h, ctx) if cache is None else cache.run_layer(i, block, h, ctx)
+
+        lo, hi = (start, start + t) if logits_range is None else logits_range
+        if not start <= lo < hi <= start + t:
+            raise ValueError(f"logits_range {logits_range} is not inside the span [{start}, {start + t})")
+        shift = 1 if self.config.shift_logits else 0
+        h_lo, h_hi = lo - shift - q_lo, hi - shift - q_lo
+        if h_lo < 0:  # position 0 of a Dream canvas has no predecessor: reuse its own hidden state, as Dream does
+            h = torch.cat([h[:, :1], h], dim=1)
+            h_lo, h_hi = h_lo + 1, h_hi + 1
+        return self.lm_head(self.norm(h[:, h_lo:h_hi]))
+
+    @staticmethod
+    def _canvas_length(t: int, start: int, attention_mask: torch.Tensor | None, cache: Any) -> int:
+        if attention_mask is not None:
+            return attention_mask.shape[1]
+        if cache is not None and getattr(cache, "length", 0):
+            return cache.length
+        return start + t
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+def _to_checkpoint_names(module: DiffusionLM, state_dict: dict, prefix: str, local_metadata: Any) -> dict:
+    naming = module.config.tensor_naming
+    for key in list(state_dict):
+        if key.startswith(prefix):
+            state_dict[prefix + checkpoint_name(key[len(prefix) :], naming)] = state_dict.pop(key)
+    return state_dict
+
+
+def _from_checkpoint_names(module: DiffusionLM, state_dict: dict, prefix: str, *args: Any) -> None:
+    naming = module.config.tensor_naming
+    for key in list(state_dict):
+        canon = canonical_name(key[len(prefix) :], naming) if key.startswith(prefix) else None
+        if canon is not None:
+            state_dict[prefix + canon] = state_dict.pop(key)

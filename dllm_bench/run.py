@@ -1,0 +1,58 @@
+"""`dllm-bench` / `python -m dllm_bench.run`: the Hydra app that runs one config (or a --multirun sweep)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import hydra
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from dllm_bench.runner.config import register_resolvers
+from dllm_bench.runner.validate import ConfigError
+
+log = logging.getLogger("dllm_bench.run")
+register_resolvers()
+
+
+def resolve_per_job_device(cfg: DictConfig) -> None:
+    """`model.device=per_job`: sweep job k runs on cuda:(k mod visible GPUs), so parallel jobs share GPUs out."""
+    if cfg.model.get("device") != "per_job":
+        return
+    import torch
+    from hydra.core.hydra_config import HydraConfig
+
+    count = torch.cuda.device_count()
+    if count == 0:
+        raise ConfigError("model.device='per_job' is not allowed: no CUDA device is visible; use cpu or null")
+    num = HydraConfig.get().job.get("num", 0) if HydraConfig.initialized() else 0
+    with open_dict(cfg):
+        cfg.model.device = f"cuda:{int(num or 0) % count}"
+
+
+@hydra.main(config_path="../conf", config_name="config", version_base="1.3")
+def app(cfg: DictConfig) -> dict | None:
+    """Validate, run or resume, and print the run's summary line."""
+    from dllm_bench.runner.execute import execute
+
+    try:
+        resolve_per_job_device(cfg)
+        row = execute(cfg)
+    except ConfigError as err:
+        print(f"dllm-bench: config error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    if row is not None:
+        print(f"{row['run_id']}: accuracy {row['accuracy']:.4f} "
+              f"[{row['accuracy_ci_low']:.4f}, {row['accuracy_ci_high']:.4f}] n={row['n_samples']} "
+              f"NFE {row['nfe_mean']:.2f} tok/fwd {row['tokens_per_forward']:.3f} "
+              f"tok/s {row['tokens_per_s']:.1f} -> {cfg.output_dir}/{cfg.name}/{row['run_id']}")
+    log.debug("resolved config:\n%s", OmegaConf.to_yaml(cfg))
+    return row
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

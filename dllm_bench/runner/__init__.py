@@ -1,0 +1,1 @@
+"""Runner: config validation, run ids, resumable results store, summaries, sharding and progress."""

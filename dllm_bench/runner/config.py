@@ -1,0 +1,70 @@
+"""Config helpers: the `pkg_path` resolver, flattening, and the run id derived from output-affecting keys."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
+CONF_DIR = PACKAGE_DIR.parent / "conf"
+
+# Keys that choose which documents run or how a run reports itself, never what a document's output is.
+NON_OUTPUT_KEYS = ("name", "output_dir", "limit", "offset", "progress", "trace", "warmup", "hydra")
+
+
+def register_resolvers() -> None:
+    """Register `${pkg_path:rel}` (absolute path inside the dllm_bench package); idempotent."""
+    if not OmegaConf.has_resolver("pkg_path"):
+        OmegaConf.register_new_resolver("pkg_path", lambda rel: str(PACKAGE_DIR / rel))
+
+
+register_resolvers()
+
+
+def to_container(cfg: DictConfig | dict) -> dict[str, Any]:
+    """Resolved plain-dict copy of a config without the `hydra` node."""
+    if isinstance(cfg, DictConfig):
+        data = OmegaConf.to_container(cfg, resolve=True)
+    else:
+        data = json.loads(json.dumps(cfg))
+    assert isinstance(data, dict)
+    data.pop("hydra", None)
+    return data
+
+
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Flatten nested dicts to dotted keys (`selector.delta`); lists become JSON strings."""
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, dotted + "."))
+        elif isinstance(value, (list, tuple)):
+            flat[dotted] = json.dumps(value)
+        else:
+            flat[dotted] = value
+    return flat
+
+
+def output_affecting(data: dict[str, Any]) -> dict[str, Any]:
+    """The part of a resolved config that can change any sample's output or timing."""
+    return {k: v for k, v in data.items() if k not in NON_OUTPUT_KEYS}
+
+
+def compute_run_id(cfg: DictConfig | dict) -> str:
+    """Stable id `<selector>-<cache>-<sha256[:12]>` of the output-affecting settings."""
+    data = to_container(cfg)
+    model = data.get("model")
+    if isinstance(model, dict) and str(model.get("device")).startswith(("cuda", "per_job")):
+        model["device"] = "cuda"  # which GPU of a machine a run lands on does not change its outputs
+    blob = json.dumps(output_affecting(data), sort_keys=True, default=str)
+    # Paths inside the package hash the same in every checkout.
+    blob = blob.replace(str(PACKAGE_DIR), "<dllm_bench>")
+    digest = hashlib.sha256(blob.encode()).hexdigest()[:12]
+    selector = str(data.get("selector", {}).get("name", "selector"))
+    cache = str(data.get("cache", {}).get("name", "none"))
+    return f"{selector}-{cache}-{digest}"

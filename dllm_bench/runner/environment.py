@@ -1,0 +1,52 @@
+"""What a run ran on: package and library versions, torch/CUDA, device, git commit, host."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import torch
+
+LIBRARIES = ("dllm-bench", "torch", "transformers", "tokenizers", "safetensors", "hydra-core", "omegaconf",
+             "numpy", "accelerate", "lm-eval")
+REPO_DIR = Path(__file__).resolve().parents[2]
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def git_commit() -> str | None:
+    """HEAD of the checkout the package runs from, with `-dirty` when tracked files changed."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_DIR, capture_output=True, text=True,
+                              timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_DIR,
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("-dirty" if dirty else "")
+
+
+def environment_info() -> dict[str, Any]:
+    cuda = torch.cuda.is_available()
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "hostname": platform.node(),
+        "versions": {name: _version(name) for name in LIBRARIES},
+        "torch_cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if cuda else None,
+        "cuda_available": cuda,
+        "gpu_names": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
+        "cpu_count": os.cpu_count(),
+        "git_commit": git_commit(),
+    }

@@ -1,0 +1,210 @@
+"""One run end to end: validate, resume, shard, decode in batches, write rows, merge, summarise."""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+
+from dllm_bench.runner.completions import make_completion
+from dllm_bench.runner.config import compute_run_id, flatten
+from dllm_bench.runner.environment import environment_info
+from dllm_bench.runner.progress import RunProgress
+from dllm_bench.runner.sharding import DistContext, barrier, init_distributed, shard, shutdown
+from dllm_bench.runner.store import ResultsStore
+from dllm_bench.runner.summary import summarise
+from dllm_bench.runner.validate import build_task, validate_config
+from dllm_bench.tasks import Task
+from dllm_bench.tasks.chat import render_prompt
+
+log = logging.getLogger("dllm_bench.run")
+
+
+@dataclass
+class Generation:
+    """What the engine returns per row: answer-region ids and how they were counted."""
+
+    ids: list[int]
+    nfe: int
+    steps: int
+    trace: dict[str, Any] | None = None
+
+
+EngineFactory = Callable[[dict[str, Any], DistContext], "Engine"]
+
+
+class Engine:
+    """Interface of a decoding engine bound to a model (see dllm_bench.runner.engine)."""
+
+    tokenizer: Any
+    stop_token_ids: tuple[int, ...]
+    device_name: str
+
+    def generate(self, prompts: list[str], docs: list[dict]) -> list[Generation]:
+        raise NotImplementedError
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed % 2**32)
+    except ImportError:  # pragma: no cover
+        pass
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def selected_indices(n_docs: int, offset: int, limit: int | None) -> list[int]:
+    """Document indices [offset, offset+limit) clipped to the task size."""
+    end = n_docs if limit is None else min(n_docs, offset + limit)
+    return list(range(min(offset, n_docs), end))
+
+
+def decode_batch(engine: Engine, task: Task, docs: list[dict], indices: list[int], c: dict[str, Any],
+                 rank: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Decode one batch and score it: (sample rows, trace rows). Timing spans prompt rendering to text."""
+    chat = bool(c["model"]["chat"])
+    _sync()
+    start = time.perf_counter()
+    prompts = [render_prompt(task, doc, engine.tokenizer, chat) for doc in docs]
+    gens = engine.generate(prompts, docs)
+    stop_strings = task.stop_strings_for(chat)
+    completions = [make_completion(g.ids, engine.tokenizer, engine.stop_token_ids, stop_strings) for g in gens]
+    _sync()
+    latency = time.perf_counter() - start
+    rows, traces = [], []
+    for doc, index, prompt, gen, comp in zip(docs, indices, prompts, gens, completions):
+        score = task.score(comp.text, doc)
+        counted = getattr(comp, f"tokens_{c['count_rule']}")
+        rows.append({
+            "sample_id": str(doc["sample_id"]),
+            "doc_index": index,
+            "prompt": prompt,
+            "completion": comp.text,
+            "raw_completion": comp.raw_text,
+            "extracted": score.extracted,
+            "gold": score.gold,
+            "correct": bool(score.correct),
+            "nfe": int(gen.nfe),
+            "steps": int(gen.steps),
+            "tokens_cut": comp.tokens_cut,
+            "tokens_nonstop": comp.tokens_nonstop,
+            "tokens_all": comp.tokens_all,
+            "tokens_per_forward": counted / gen.nfe if gen.nfe else math.nan,
+            "wall_time_s": latency / len(docs),
+            "latency_s": latency,
+            "batch_size": len(docs),
+            "rank": rank,
+        })
+        if gen.trace is not None:
+            traces.append({"sample_id": str(doc["sample_id"]), "doc_index": index, **gen.trace})
+    return rows, traces
+
+
+def _decode_shard(engine: Engine, task: Task, all_docs: list[dict], mine: list[int], c: dict[str, Any],
+                  store: ResultsStore, ctx: DistContext, already: int, total: int) -> None:
+    """Warm up, then decode this rank's documents batch by batch, appending rows as each batch ends."""
+    bs = int(c["batch_size"])
+    batches = [mine[i : i + bs] for i in range(0, len(mine), bs)]
+    for _ in range(int(c.get("warmup", 0))):
+        _seed_everything(int(c["seed"]))
+        warm = batches[0]
+        engine.generate([render_prompt(task, all_docs[i], engine.tokenizer, bool(c["model"]["chat"]))
+                         for i in warm], [all_docs[i] for i in warm])
+    bar = RunProgress(total=total, initial=already, desc=f"{c['selector']['name']}/{c['cache']['name']}",
+                      enabled=bool(c.get("progress", True)) and ctx.is_main, count_rule=c["count_rule"])
+    try:
+        for batch in batches:
+            _seed_everything(int(c["seed"]) + batch[0])
+            rows, traces = decode_batch(engine, task, [all_docs[i] for i in batch], batch, c, ctx.rank)
+            store.append_samples(rows)
+            if c.get("trace") and traces:
+                store.append_traces(traces)
+            bar.update(rows)
+    finally:
+        bar.close()
+
+
+def default_engine_factory(c: dict[str, Any], ctx: DistContext) -> Engine:
+    from dllm_bench.runner.engine import build_engine
+
+    return build_engine(c, ctx)
+
+
+def execute(cfg: DictConfig | dict[str, Any], engine_factory: EngineFactory | None = None) -> dict[str, Any] | None:
+    """Run (or resume) one configuration; returns the runs.csv row on rank 0, None on other ranks."""
+    c = validate_config(cfg)
+    task = build_task(c["task"])
+    run_id = compute_run_id(c)
+    ctx = init_distributed()
+    store = ResultsStore(c["output_dir"], c["name"], run_id, ctx.rank, ctx.world_size)
+    started = _now()
+    all_docs = task.all_docs()
+    selected = selected_indices(len(all_docs), int(c.get("offset", 0)), c.get("limit"))
+    finished = store.finished_ids()
+    todo = [i for i in selected if str(all_docs[i]["sample_id"]) not in finished]
+    mine = shard(todo, ctx)
+    log.info("run %s: %d documents selected, %d already done, %d for rank %d/%d", run_id, len(selected),
+             len(selected) - len(todo), len(mine), ctx.rank, ctx.world_size)
+    device_name = "none (nothing to decode)"
+    if mine:
+        engine = (engine_factory or default_engine_factory)(c, ctx)
+        device_name = engine.device_name
+        _decode_shard(engine, task, all_docs, mine, c, store, ctx, len(selected) - len(todo), len(selected))
+    barrier(ctx)
+    row = None
+    if ctx.is_main:
+        row = _finalise(c, run_id, store, all_docs, selected, started, device_name, ctx)
+    barrier(ctx)
+    shutdown(ctx)
+    return row
+
+
+def _finalise(c: dict[str, Any], run_id: str, store: ResultsStore, all_docs: list[dict], selected: list[int],
+              started: str, device_name: str, ctx: DistContext) -> dict[str, Any]:
+    """Merge shards, write run.json and this run's runs.csv row."""
+    rows = store.merge()
+    wanted = {str(all_docs[i]["sample_id"]) for i in selected}
+    rows = [r for r in rows if r["sample_id"] in wanted]
+    summary = summarise(rows, c["count_rule"])
+    previous = store.read_run_json()
+    env = environment_info()
+    if device_name.startswith("none") and previous.get("device_name"):
+        device_name = previous["device_name"]
+    sessions = previous.get("sessions", []) + [{"started_at": started, "finished_at": _now(),
+                                                "world_size": ctx.world_size, "device_name": device_name}]
+    info = {
+        "run_id": run_id,
+        "name": c["name"],
+        "config": c,
+        "summary": summary,
+        "environment": env,
+        "device_name": device_name,
+        "started_at": sessions[0]["started_at"],
+        "finished_at": sessions[-1]["finished_at"],
+        "sessions": sessions,
+    }
+    store.write_run_json(info)
+    row = {"run_id": run_id, **flatten(c), **summary, "world_size": ctx.world_size, "device_name": device_name,
+           "git_commit": env.get("git_commit"), "started_at": info["started_at"],
+           "finished_at": info["finished_at"]}
+    store.upsert_runs_csv(row)
+    return row

@@ -1,0 +1,148 @@
+"""Resumable results store: append-only sample rows (fsync'd, torn tails discarded), run.json and runs.csv."""
+
+from __future__ import annotations
+
+import csv
+import fcntl
+import json
+import os
+from collections.abc import Iterable
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+
+def _repair_tail(path: Path) -> None:
+    """Cut a torn last line (no trailing newline) left by a killed writer."""
+    if not path.exists():
+        return
+    with open(path, "rb+") as f:
+        data = f.read()
+        end = data.rfind(b"\n") + 1
+        if end != len(data):
+            f.truncate(end)
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Complete rows of a JSONL file; a torn last line is ignored."""
+    if not path.exists():
+        return []
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if not line.endswith("\n"):
+                break
+            if line.strip():
+                rows.append(json.loads(line))
+    return rows
+
+
+def _append_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
+    """Append rows in one write, then flush and fsync so a finished row survives a kill."""
+    text = "".join(json.dumps(row, ensure_ascii=False, default=str) + "\n" for row in rows)
+    if not text:
+        return
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+@contextmanager
+def _locked(path: Path):
+    """Exclusive advisory lock on `path.lock` (parallel sweep jobs share one runs.csv)."""
+    lock = path.with_name(path.name + ".lock")
+    with open(lock, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+class ResultsStore:
+    """Files of one run under `<output_dir>/<name>/<run_id>/`, written by one rank of `world_size`."""
+
+    def __init__(self, output_dir: str | Path, name: str, run_id: str, rank: int = 0, world_size: int = 1):
+        self.experiment_dir = Path(output_dir) / name
+        self.run_dir = self.experiment_dir / run_id
+        self.run_id, self.rank, self.world_size = run_id, rank, world_size
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        suffix = "" if world_size == 1 else f".rank{rank}"
+        self.samples_path = self.run_dir / "samples.jsonl"
+        self.traces_path = self.run_dir / "traces.jsonl"
+        self.own_samples = self.run_dir / f"samples{suffix}.jsonl"
+        self.own_traces = self.run_dir / f"traces{suffix}.jsonl"
+        self.run_json = self.run_dir / "run.json"
+        self.runs_csv = self.experiment_dir / "runs.csv"
+        _repair_tail(self.own_samples)
+        _repair_tail(self.own_traces)
+
+    def _sample_files(self) -> list[Path]:
+        return [self.samples_path, *sorted(self.run_dir.glob("samples.rank*.jsonl"))]
+
+    def finished_ids(self) -> set[str]:
+        """Sample ids with a complete row in any sample file of this run (any earlier world size)."""
+        return {str(row["sample_id"]) for path in self._sample_files() for row in read_jsonl(path)}
+
+    def append_samples(self, rows: list[dict[str, Any]]) -> None:
+        _append_jsonl(self.own_samples, rows)
+
+    def append_traces(self, rows: list[dict[str, Any]]) -> None:
+        _append_jsonl(self.own_traces, rows)
+
+    def merge(self) -> list[dict[str, Any]]:
+        """Rank 0: fold every sample file into samples.jsonl in document order, each sample once."""
+        rows: dict[str, dict[str, Any]] = {}
+        for path in self._sample_files():
+            for row in read_jsonl(path):
+                rows.setdefault(str(row["sample_id"]), row)
+        ordered = sorted(rows.values(), key=lambda r: (r["doc_index"], str(r["sample_id"])))
+        _atomic_write_text(self.samples_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in ordered))
+        traces: dict[str, dict[str, Any]] = {}
+        for path in [self.traces_path, *sorted(self.run_dir.glob("traces.rank*.jsonl"))]:
+            for row in read_jsonl(path):
+                traces.setdefault(str(row["sample_id"]), row)
+        if traces:
+            trace_rows = sorted(traces.values(), key=lambda r: (r.get("doc_index", 0), str(r["sample_id"])))
+            _atomic_write_text(self.traces_path, "".join(json.dumps(r) + "\n" for r in trace_rows))
+        for path in [*self.run_dir.glob("samples.rank*.jsonl"), *self.run_dir.glob("traces.rank*.jsonl")]:
+            path.unlink()
+        return ordered
+
+    def read_run_json(self) -> dict[str, Any]:
+        return json.loads(self.run_json.read_text()) if self.run_json.exists() else {}
+
+    def write_run_json(self, info: dict[str, Any]) -> None:
+        _atomic_write_text(self.run_json, json.dumps(info, indent=2, default=str) + "\n")
+
+    def upsert_runs_csv(self, row: dict[str, Any]) -> None:
+        """Replace this run's row of runs.csv (or add it); columns are the union over all runs."""
+        with _locked(self.runs_csv):
+            rows = []
+            if self.runs_csv.exists():
+                with open(self.runs_csv, newline="", encoding="utf-8") as f:
+                    rows = [r for r in csv.DictReader(f) if r.get("run_id") != self.run_id]
+            rows.append({k: "" if v is None else v for k, v in row.items()})
+            columns: list[str] = []
+            for r in rows:
+                columns += [k for k in r if k not in columns]
+            tmp = self.runs_csv.with_name(f"runs.csv.tmp{os.getpid()}")
+            with open(tmp, "w", newline="", encoding="utf-8") as f:
+                writer = csv.DictWriter(f, fieldnames=columns, restval="")
+                writer.writeheader()
+                writer.writerows(rows)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.runs_csv)

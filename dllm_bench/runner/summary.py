@@ -1,0 +1,48 @@
+"""Per-run summary of sample rows: accuracy with a 95 % Wilson interval, NFE, tokens/forward, tokens/s."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+Z95 = 1.959963984540054
+
+
+def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion (well-behaved at 0 and n, unlike the normal one)."""
+    if n == 0:
+        return math.nan, math.nan
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def summarise(rows: list[dict[str, Any]], count_rule: str) -> dict[str, Any]:
+    """Summary columns of docs/runner.md for the rows of one run (order-independent)."""
+    n = len(rows)
+    correct = sum(bool(r["correct"]) for r in rows)
+    low, high = wilson_interval(correct, n)
+    nfe_total = sum(int(r["nfe"]) for r in rows)
+    tokens_total = sum(int(r[f"tokens_{count_rule}"]) for r in rows)
+    wall_total = sum(float(r["wall_time_s"]) for r in rows)
+    return {
+        "n_samples": n,
+        "n_correct": correct,
+        "accuracy": correct / n if n else math.nan,
+        "accuracy_ci_low": low,
+        "accuracy_ci_high": high,
+        "nfe_mean": nfe_total / n if n else math.nan,
+        "nfe_total": nfe_total,
+        "steps_mean": sum(int(r["steps"]) for r in rows) / n if n else math.nan,
+        "tokens_total": tokens_total,
+        "tokens_per_forward": tokens_total / nfe_total if nfe_total else math.nan,
+        "tokens_per_s": tokens_total / wall_total if wall_total > 0 else math.nan,
+        "latency_s_mean": sum(float(r["latency_s"]) for r in rows) / n if n else math.nan,
+        "wall_time_s_total": wall_total,
+        "count_rule": count_rule,
+    }
+
+
+TIMING_KEYS = ("tokens_per_s", "latency_s_mean", "wall_time_s_total")

@@ -1,0 +1,24 @@
+"""Turning a task prompt into model input text: plain, or one user turn of the tokenizer's chat template."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def chat_wrap(text: str, tokenizer: Any) -> str:
+    """`text` as the single user message of the tokenizer's chat template, ready for the assistant turn.
+
+    This is what the LLaDA/Fast-dLLM evaluation did for Instruct models: the whole few-shot prompt is
+    one user turn.
+    """
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise ValueError(f"tokenizer {type(tokenizer).__name__} has no chat_template; use chat=False for this model")
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
+    )
+
+
+def render_prompt(task: Any, doc: dict, tokenizer: Any, chat: bool) -> str:
+    """The exact text to tokenize for `doc`: the task prompt, chat-templated when `chat` is true."""
+    text = task.prompt(doc, chat=chat)
+    return chat_wrap(text, tokenizer) if chat else text

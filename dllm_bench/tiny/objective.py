@@ -1,0 +1,36 @@
+"""LLaDA's masked-diffusion SFT objective: the prompt is kept, answer tokens are masked with probability t."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def mask_answers(
+    answer_ids: torch.Tensor, mask_token_id: int, eps: float, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Forward process on answers [B, G]: t ~ U(0, 1) per row, p = (1 - eps) t + eps, mask each token w.p. p.
+
+    Returns (noisy answers [B, G], masked [B, G] bool, p [B, 1]).
+    """
+    if not 0.0 < eps < 1.0:
+        raise ValueError(f"eps={eps}: expected 0 < eps < 1")
+    batch, length = answer_ids.shape
+    t = torch.rand(batch, 1, generator=generator, device=answer_ids.device)
+    p_mask = (1.0 - eps) * t + eps
+    masked = torch.rand(batch, length, generator=generator, device=answer_ids.device) < p_mask
+    noisy = torch.where(masked, torch.full_like(answer_ids, mask_token_id), answer_ids)
+    return noisy, masked, p_mask
+
+
+def masked_diffusion_loss(
+    logits: torch.Tensor, answer_ids: torch.Tensor, masked: torch.Tensor, p_mask: torch.Tensor
+) -> torch.Tensor:
+    """Cross-entropy on masked answer tokens weighted by 1/p, summed per row, divided by the answer length.
+
+    `logits` [B, G, V] are the answer positions' logits ("logits at i predict token i" for both flavours,
+    Dream's shift being inside the network); the mean over rows is the LLaDA SFT loss.
+    """
+    ce = F.cross_entropy(logits.transpose(1, 2).float(), answer_ids, reduction="none")  # [B, G]
+    weighted = torch.where(masked, ce / p_mask, torch.zeros_like(ce))
+    return (weighted.sum(dim=1) / answer_ids.shape[1]).mean()

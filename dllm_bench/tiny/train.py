@@ -1,0 +1,226 @@
+"""Train a tiny LLaDA or Dream on 4x4 Sudoku with LLaDA's masked-diffusion SFT objective.
+
+    python -m dllm_bench.tiny.train --flavour llada        # ~25 min on 2 CPU cores
+    python -m dllm_bench.tiny.train --flavour dream
+
+Writes the checkpoint (config.json, model.safetensors, tokenizer files) to
+``dllm_bench/tiny/checkpoints/tiny_<flavour>/`` every ``--save-every`` steps and at the end, the loss curve to
+``train_log.json`` beside it, and a resumable state (weights, optimizer, step) to ``outputs/tiny_train/``;
+``--resume`` continues an interrupted run where it stopped, on the same data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from dllm_bench.models import DiffusionLM
+from dllm_bench.tiny.encoding import DEFAULT_GEN_LENGTH, encode_batch
+from dllm_bench.tiny.model_setup import build_tiny_model, build_tiny_tokenizer, save_tiny_checkpoint
+from dllm_bench.tiny.objective import mask_answers, masked_diffusion_loss
+from dllm_bench.tiny.sudoku_puzzles import load_test_set, puzzle_stream
+
+CHECKPOINT_ROOT = Path(__file__).parent / "checkpoints"
+STATE_ROOT = Path("outputs") / "tiny_train"
+MONITOR_PUZZLES = 128  # held-out puzzles decoded one cell per step during training (monitoring only)
+
+
+@dataclass
+class TrainConfig:
+    """Everything that determines a training run (written into train_log.json and the model card)."""
+
+    flavour: str = "llada"
+    seed: int = 0
+    steps: int = 2400
+    batch_size: int = 128
+    lr: float = 2e-3
+    min_lr_ratio: float = 0.05
+    warmup_steps: int = 100
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    eps: float = 1e-3
+    # answer lengths drawn per batch (EOS-padded): mostly the default 24, sometimes longer, so that a longer
+    # gen_length at inference still ends the answer with EOS
+    answer_lengths: list[int] = field(default_factory=lambda: [24, 24, 24, 24, 24, 24, 32, 64])
+    d_model: int = 128
+    n_layers: int = 4
+    n_heads: int = 4
+    mlp_hidden_size: int = 384
+    threads: int = 2
+    log_every: int = 25
+    save_every: int = 200
+    monitor_every: int = 400
+
+    def __post_init__(self) -> None:
+        if self.flavour not in ("llada", "dream"):
+            raise ValueError(f"flavour {self.flavour!r} is not one of 'llada', 'dream'")
+        if min(self.answer_lengths) < 17:
+            raise ValueError(f"answer_lengths {self.answer_lengths}: each must be >= 17 (16 digits + end token)")
+        if self.steps < 1 or self.batch_size < 1:
+            raise ValueError(f"steps={self.steps}, batch_size={self.batch_size}: both must be >= 1")
+
+
+def learning_rate(cfg: TrainConfig, step: int) -> float:
+    """Linear warm-up, then cosine decay to min_lr_ratio * lr at the last step."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def init_weights(model: DiffusionLM, n_layers: int) -> None:
+    """GPT-2 style init: N(0, 0.02), residual output projections scaled by 1/sqrt(2 n_layers)."""
+    for name, p in model.named_parameters():
+        if p.dim() < 2:
+            continue
+        std = 0.02 / math.sqrt(2 * n_layers) if name.endswith(("o_proj.weight", "down_proj.weight")) else 0.02
+        torch.nn.init.normal_(p, mean=0.0, std=std)
+
+
+@torch.no_grad()
+def sequential_solve_rate(model: DiffusionLM, tokenizer, rows: list[dict], gen_length: int) -> float:
+    """Fraction of puzzles whose greedy one-cell-per-step decode equals the solution (training monitor)."""
+    from dllm_bench.tasks.sudoku import SudokuTask
+
+    cfg = model.config
+    prompts, _ = encode_batch(tokenizer, cfg, [r["puzzle"] for r in rows], [r["solution"] for r in rows], gen_length)
+    p_len = prompts.shape[1]
+    canvas = torch.cat([prompts, torch.full((len(rows), gen_length), cfg.mask_token_id)], dim=1)
+    rows_idx = torch.arange(len(rows))
+    for _ in range(gen_length):
+        logits = model(canvas, logits_range=(p_len, p_len + gen_length)).float()
+        conf, pred = logits.softmax(-1).max(-1)
+        masked = canvas[:, p_len:] == cfg.mask_token_id
+        if not masked.any():
+            break
+        pos = torch.where(masked, conf, torch.full_like(conf, -1.0)).argmax(-1)
+        has_mask = masked.any(-1)
+        canvas[rows_idx[has_mask], p_len + pos[has_mask]] = pred[rows_idx[has_mask], pos[has_mask]]
+    task = SudokuTask()
+    texts = tokenizer.batch_decode(canvas[:, p_len:], skip_special_tokens=False)
+    return sum(task.score(t, r).correct for t, r in zip(texts, rows)) / len(rows)
+
+
+def _save_state(path: Path, model: DiffusionLM, opt: torch.optim.Optimizer, step: int, log: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "log": log}, tmp)
+    os.replace(tmp, path)
+
+
+def train(cfg: TrainConfig, out_dir: Path, state_path: Path, resume: bool = False) -> dict:
+    """Run (or resume) training; returns the log dict (config, loss curve, monitor accuracies, timings)."""
+    torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    tokenizer = build_tiny_tokenizer(cfg.flavour)
+    model = build_tiny_model(cfg.flavour, tokenizer, d_model=cfg.d_model, n_layers=cfg.n_layers,
+                             n_heads=cfg.n_heads, mlp_hidden_size=cfg.mlp_hidden_size)
+    init_weights(model, cfg.n_layers)
+    mcfg = model.config
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr, betas=(0.9, 0.98),
+    )
+    log = {
+        "config": asdict(cfg), "parameters": model.num_parameters(), "curve": [], "monitor": [],
+        "command": "python -m dllm_bench.tiny.train " + " ".join(sys.argv[1:]),
+        "torch": torch.__version__, "machine": platform.processor() or platform.machine(),
+        "train_seconds": 0.0,
+    }
+    start_step = 0
+    if resume and state_path.exists():
+        state = torch.load(state_path, weights_only=False)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        start_step, log = state["step"], state["log"]
+        print(f"resumed at step {start_step}", flush=True)
+
+    stream = puzzle_stream(cfg.seed, "train")
+    length_rng = random.Random(cfg.seed + 1)
+    gen = torch.Generator().manual_seed(cfg.seed + 2)
+    for _ in range(start_step):  # replay the data and noise streams so a resumed run sees the same batches
+        g_len = length_rng.choice(cfg.answer_lengths)
+        for _ in range(cfg.batch_size):
+            next(stream)
+        torch.rand(cfg.batch_size, 1, generator=gen)
+        torch.rand(cfg.batch_size, g_len, generator=gen)
+    monitor_rows = load_test_set()[:MONITOR_PUZZLES]
+
+    tokens_seen, t_last, loss_acc, n_acc = 0, time.time(), 0.0, 0
+    for step in range(start_step, cfg.steps):
+        t0 = time.time()
+        g_len = length_rng.choice(cfg.answer_lengths)
+        batch = [next(stream) for _ in range(cfg.batch_size)]
+        prompts, answers = encode_batch(tokenizer, mcfg, [b[0] for b in batch], [b[1] for b in batch], g_len)
+        noisy, masked, p_mask = mask_answers(answers, mcfg.mask_token_id, cfg.eps, gen)
+        p_len = prompts.shape[1]
+        logits = model(torch.cat([prompts, noisy], dim=1), logits_range=(p_len, p_len + g_len))
+        loss = masked_diffusion_loss(logits, answers, masked, p_mask)
+        for group in opt.param_groups:
+            group["lr"] = learning_rate(cfg, step)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        log["train_seconds"] += time.time() - t0
+        tokens_seen += prompts.numel() + answers.numel()
+        loss_acc, n_acc = loss_acc + loss.item(), n_acc + 1
+
+        done = step + 1
+        if done % cfg.log_every == 0 or done == cfg.steps:
+            now = time.time()
+            entry = {"step": done, "loss": round(loss_acc / n_acc, 4), "lr": learning_rate(cfg, step),
+                     "tokens_per_s": round(tokens_seen / (now - t_last)), "train_seconds": round(log["train_seconds"], 1)}
+            log["curve"].append(entry)
+            print(json.dumps(entry), flush=True)
+            tokens_seen, t_last, loss_acc, n_acc = 0, now, 0.0, 0
+        if done % cfg.monitor_every == 0 or done == cfg.steps:
+            model.eval()
+            acc = sequential_solve_rate(model, tokenizer, monitor_rows, DEFAULT_GEN_LENGTH)
+            model.train()
+            log["monitor"].append({"step": done, "sequential_solved": acc})
+            print(json.dumps({"step": done, "monitor_sequential_solved": acc}), flush=True)
+        if done % cfg.save_every == 0 or done == cfg.steps:
+            save_tiny_checkpoint(model, tokenizer, out_dir, log)
+            _save_state(state_path, model, opt, done, log)
+    return log
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, Path, Path, bool]:
+    """CLI -> (TrainConfig, checkpoint dir, resumable-state path, resume flag)."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    defaults = TrainConfig()
+    ap.add_argument("--flavour", choices=["llada", "dream"], required=True)
+    for name in ("seed", "steps", "batch_size", "d_model", "n_layers", "n_heads", "mlp_hidden_size", "threads",
+                 "save_every", "monitor_every", "log_every", "warmup_steps"):
+        ap.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name))
+    for name in ("lr", "weight_decay", "eps"):
+        ap.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(defaults, name))
+    ap.add_argument("--out", type=Path, default=None, help="checkpoint dir (default: checkpoints/tiny_<flavour>)")
+    ap.add_argument("--resume", action="store_true", help="continue from outputs/tiny_train/<flavour>/state.pt")
+    args = vars(ap.parse_args(argv))
+    out, resume = args.pop("out"), args.pop("resume")
+    cfg = TrainConfig(**args)
+    out = out or CHECKPOINT_ROOT / f"tiny_{cfg.flavour}"
+    return cfg, out, STATE_ROOT / cfg.flavour / "state.pt", resume
+
+
+def main(argv: list[str] | None = None) -> None:
+    cfg, out, state_path, resume = parse_args(argv)
+    train(cfg, out, state_path, resume)
+
+
+if __name__ == "__main__":
+    main()
