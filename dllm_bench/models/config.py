@@ -14,6 +14,8 @@ TENSOR_NAMINGS = ("olmo", "llama")
 
 # model_type values (as written in real config.json files) -> flavour
 MODEL_TYPES = {"llada": "llada", "Dream": "dream", "dream": "dream"}
+# mask token of the real vocabularies: (flavour, vocabulary rows) -> id
+REAL_MASK_IDS = {("llada", 126464): 126336, ("dream", 152064): 151666}
 
 
 class ConfigError(ValueError):
@@ -92,6 +94,10 @@ class ModelConfig:
                     return cfg[k]
             raise ConfigError(f"config.json of {name_or_path or '<config>'} lacks {' / '.join(keys)}")
 
+        vocab = cfg.get("embedding_size") or cfg.get("vocab_size")
+        if cfg.get("mask_token_id") is None and (flavour, vocab) in REAL_MASK_IDS:
+            # LLaDA-V's re-keyed language-model config omits it; the real vocabulary fixes it
+            cfg = {**cfg, "mask_token_id": REAL_MASK_IDS[(flavour, vocab)]}
         common = dict(
             flavour=flavour,
             rms_norm_eps=float(need("rms_norm_eps")),

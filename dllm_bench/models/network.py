@@ -268,12 +268,24 @@ class DiffusionLM(nn.Module):
         lo, hi = (start, start + t) if logits_range is None else logits_range
         if not start <= lo < hi <= start + t:
             raise ValueError(f"logits_range {logits_range} is not inside the span [{start}, {start + t})")
-        shift = 1 if self.config.shift_logits else 0
-        h_lo, h_hi = lo - shift - q_lo, hi - shift - q_lo
-        if h_lo < 0:  # position 0 of a Dream canvas has no predecessor: reuse its own hidden state, as Dream does
-            h = torch.cat([h[:, :1], h], dim=1)
-            h_lo, h_hi = h_lo + 1, h_hi + 1
-        return self.lm_head(self.norm(h[:, h_lo:h_hi]))
+        if self.config.shift_logits:
+            h = h.gather(1, self._predecessors(lo, hi, attention_mask, b)[..., None].sub(q_lo).expand(-1, -1, h.shape[-1]))
+        else:
+            h = h[:, lo - q_lo : hi - q_lo]
+        return self.lm_head(self.norm(h))
+
+    @staticmethod
+    def _predecessors(lo: int, hi: int, attention_mask: torch.Tensor | None, b: int) -> torch.Tensor:
+        """Dream's source positions [B, hi - lo] for logits at [lo, hi): i - 1, or i itself where i - 1 is
+        before the canvas or padding (Dream reuses position 0's own state; we extend that to a row's first
+        real token so that left padding cannot change a row)."""
+        device = attention_mask.device if attention_mask is not None else None
+        pos = torch.arange(lo, hi, device=device).expand(b, -1)
+        prev = pos - 1
+        valid = prev >= 0
+        if attention_mask is not None:
+            valid &= attention_mask.gather(1, prev.clamp(min=0))
+        return torch.where(valid, prev, pos)
 
     @staticmethod
     def _canvas_length(t: int, start: int, attention_mask: torch.Tensor | None, cache: Any) -> int:

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from dllm_bench.runner.completions import make_completion
+from dllm_bench.runner.completions import COUNT_KEYS, completion_texts
 from dllm_bench.runner.config import compute_run_id, flatten
 from dllm_bench.runner.environment import environment_info
 from dllm_bench.runner.progress import RunProgress
@@ -35,6 +35,9 @@ class Generation:
     ids: list[int]
     nfe: int
     steps: int
+    token_counts: dict[str, int]  # the decoding engine's counting rules (COUNT_KEYS values)
+    decode_time_s: float = math.nan  # from the start of the generate call until this row finished
+    forward_positions: int = 0
     trace: dict[str, Any] | None = None
 
 
@@ -48,7 +51,12 @@ class Engine:
     stop_token_ids: tuple[int, ...]
     device_name: str
 
-    def generate(self, prompts: list[str], docs: list[dict]) -> list[Generation]:
+    def prepare(self, prompts: list[str], docs: list[dict], seeds: list[int]) -> dict[str, Any]:
+        """Untimed per-batch work (e.g. the oracle's reference decode); extra arguments for `generate`."""
+        return {}
+
+    def generate(self, prompts: list[str], docs: list[dict], seeds: list[int], stop_strings: tuple[str, ...],
+                 **extra: Any) -> list[Generation]:
         raise NotImplementedError
 
 
@@ -78,39 +86,47 @@ def selected_indices(n_docs: int, offset: int, limit: int | None) -> list[int]:
     return list(range(min(offset, n_docs), end))
 
 
+def row_seeds(seed: int, indices: list[int]) -> list[int]:
+    """One seed per document (seed + document index): sampling noise independent of batch, shard and resume."""
+    return [int(seed) + int(i) for i in indices]
+
+
 def decode_batch(engine: Engine, task: Task, docs: list[dict], indices: list[int], c: dict[str, Any],
                  rank: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Decode one batch and score it: (sample rows, trace rows). Timing spans prompt rendering to text."""
     chat = bool(c["model"]["chat"])
+    seeds = row_seeds(c["seed"], indices)
+    stop_strings = tuple(task.stop_strings_for(chat))
+    extra = engine.prepare([render_prompt(task, d, engine.tokenizer, chat) for d in docs], docs, seeds)
     _sync()
     start = time.perf_counter()
     prompts = [render_prompt(task, doc, engine.tokenizer, chat) for doc in docs]
-    gens = engine.generate(prompts, docs)
-    stop_strings = task.stop_strings_for(chat)
-    completions = [make_completion(g.ids, engine.tokenizer, engine.stop_token_ids, stop_strings) for g in gens]
+    gens = engine.generate(prompts, docs, seeds, stop_strings, **extra)
+    texts = [completion_texts(g.ids, engine.tokenizer, engine.stop_token_ids, stop_strings) for g in gens]
     _sync()
     latency = time.perf_counter() - start
     rows, traces = [], []
-    for doc, index, prompt, gen, comp in zip(docs, indices, prompts, gens, completions):
-        score = task.score(comp.text, doc)
-        counted = getattr(comp, f"tokens_{c['count_rule']}")
+    for doc, index, prompt, gen, (text, raw) in zip(docs, indices, prompts, gens, texts):
+        score = task.score(text, doc)
+        counts = {f"tokens_{rule}": int(gen.token_counts[key]) for rule, key in COUNT_KEYS.items()}
+        counted = counts[f"tokens_{c['count_rule']}"]
         rows.append({
             "sample_id": str(doc["sample_id"]),
             "doc_index": index,
             "prompt": prompt,
-            "completion": comp.text,
-            "raw_completion": comp.raw_text,
+            "completion": text,
+            "raw_completion": raw,
             "extracted": score.extracted,
             "gold": score.gold,
             "correct": bool(score.correct),
             "nfe": int(gen.nfe),
             "steps": int(gen.steps),
-            "tokens_cut": comp.tokens_cut,
-            "tokens_nonstop": comp.tokens_nonstop,
-            "tokens_all": comp.tokens_all,
+            **counts,
             "tokens_per_forward": counted / gen.nfe if gen.nfe else math.nan,
+            "forward_positions": int(gen.forward_positions),
             "wall_time_s": latency / len(docs),
             "latency_s": latency,
+            "decode_time_s": gen.decode_time_s,
             "batch_size": len(docs),
             "rank": rank,
         })
@@ -124,11 +140,9 @@ def _decode_shard(engine: Engine, task: Task, all_docs: list[dict], mine: list[i
     """Warm up, then decode this rank's documents batch by batch, appending rows as each batch ends."""
     bs = int(c["batch_size"])
     batches = [mine[i : i + bs] for i in range(0, len(mine), bs)]
-    for _ in range(int(c.get("warmup", 0))):
+    for _ in range(int(c.get("warmup", 0))):  # compiles kernels, fills allocator caches; never timed or kept
         _seed_everything(int(c["seed"]))
-        warm = batches[0]
-        engine.generate([render_prompt(task, all_docs[i], engine.tokenizer, bool(c["model"]["chat"]))
-                         for i in warm], [all_docs[i] for i in warm])
+        decode_batch(engine, task, [all_docs[i] for i in batches[0]], batches[0], c, ctx.rank)
     bar = RunProgress(total=total, initial=already, desc=f"{c['selector']['name']}/{c['cache']['name']}",
                       enabled=bool(c.get("progress", True)) and ctx.is_main, count_rule=c["count_rule"])
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Iterable
@@ -10,6 +11,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from dllm_bench.models.config import MODEL_TYPES
 from dllm_bench.runner.config import to_container
 from dllm_bench.tasks import TASKS, Task, get_task
 
@@ -18,20 +20,11 @@ CACHES = ("none", "prefix", "dual", "dllm_cache")
 FLAVOURS = ("llada", "dream")
 DREAM_ALGS = ("origin", "maskgit_plus", "topk_margin", "entropy")
 DTYPES = (None, "float32", "bfloat16", "float16")
-COUNT_RULES = ("cut", "nonstop", "all")
+COUNT_RULES = ("cut", "nonstop", "canvas", "all")
+PRECISIONS = ("float64", "float32", "bfloat16", "float16", "model")
 FACTOR_RULES = ("paper", "code")
-CACHE_LOOPS = ("correct", "code")
+CACHE_LOOPS = ("correct",)  # the engine runs a block until it is full; the release loop is not offered
 FIXED_STEP_SELECTORS = ("topk", "dream")
-# selector -> caches its decoding loop supports
-SELECTOR_CACHES = {
-    "topk": CACHES,
-    "threshold": CACHES,
-    "factor": CACHES,
-    "frechet": CACHES,
-    "oracle": CACHES,
-    "slowfast": ("none", "dllm_cache"),
-    "dream": ("none",),
-}
 SELECTOR_FLAVOURS = {"dream": ("dream",)}
 DATA_KEYS = ("data_files", "data_file", "data_dir", "data_path")
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -84,6 +77,8 @@ def _validate_lengths(c: dict[str, Any]) -> None:
         if selector in FIXED_STEP_SELECTORS:
             _fail("steps", steps, f"selector {selector!r} needs a fixed number of steps (an integer >= 1)")
         return
+    if selector not in FIXED_STEP_SELECTORS:
+        _fail("steps", steps, f"selector {selector!r} is adaptive (a block runs until full); steps must be null")
     steps = _integer("steps", steps, 1)
     blocks = gen // block
     if steps % blocks:
@@ -129,12 +124,17 @@ def _validate_cache(cache: dict[str, Any]) -> None:
 
 def _validate_combination(c: dict[str, Any], task: Task) -> None:
     selector, cache, flavour = c["selector"]["name"], c["cache"]["name"], c["model"]["flavour"]
-    allowed = SELECTOR_CACHES[selector]
-    if cache not in allowed:
-        _fail("cache.name", cache, f"selector {selector!r} supports caches {', '.join(allowed)}")
     flavours = SELECTOR_FLAVOURS.get(selector, FLAVOURS)
     if flavour not in flavours:
         _fail("model.flavour", flavour, f"selector {selector!r} runs on {', '.join(flavours)} models only")
+    gen, block = c["gen_length"], c["block_length"]
+    if (selector == "dream" or (selector == "slowfast" and flavour == "dream")) and block != gen:
+        _fail("block_length", block, f"selector {selector!r} on a {flavour!r} model has no blocks: "
+                                     f"block_length must equal gen_length={gen}")
+    if float(c.get("cfg_scale", 0.0)) > 0 and cache != "none":
+        _fail("cfg_scale", c["cfg_scale"], f"classifier-free guidance runs only with cache=none, not {cache!r}")
+    if (c.get("compat") or {}).get("slowfast_truncate") and (selector != "slowfast" or cache != "none"):
+        _fail("compat.slowfast_truncate", True, "applies to selector slowfast with cache none only")
     if task.needs_images and not c["model"].get("vision"):
         _fail("task.name", c["task"]["name"],
               f"needs images, but model {c['model']['name_or_path']!r} is text-only (model.vision=false); "
@@ -150,6 +150,9 @@ def _readable_file(key: str, path: str) -> None:
 def _validate_model(model: dict[str, Any]) -> None:
     _choice("model.flavour", model.get("flavour"), FLAVOURS)
     _choice("model.dtype", model.get("dtype"), DTYPES)
+    forbidden = model.get("forbidden_token_ids") or []
+    if not isinstance(forbidden, list) or not all(isinstance(t, int) and t >= 0 for t in forbidden):
+        _fail("model.forbidden_token_ids", forbidden, "a list of non-negative token ids")
     device = model.get("device")
     if device is not None and not DEVICE.match(str(device)):
         _fail("model.device", device, "null, cpu, cuda, cuda:N, mps or per_job")
@@ -158,6 +161,14 @@ def _validate_model(model: dict[str, Any]) -> None:
     if local.exists():
         if not local.is_dir() or not os.access(local / "config.json", os.R_OK):
             _fail("model.name_or_path", path, "a readable model directory with config.json is required")
+        try:
+            model_type = json.loads((local / "config.json").read_text()).get("model_type")
+        except (OSError, json.JSONDecodeError) as e:
+            raise ConfigError(f"model.name_or_path={path!r}: config.json is unreadable ({e})") from None
+        flavour = MODEL_TYPES.get(model_type)
+        if flavour is not None and flavour != model.get("flavour"):
+            _fail("model.flavour", model.get("flavour"), f"the checkpoint {path!r} is a {flavour!r} model "
+                                                          f"(config.json model_type={model_type!r})")
     elif local.is_absolute() or path.startswith(".") or not HUB_ID.match(path):
         _fail("model.name_or_path", path,
               "no such directory; give a readable model directory or a Hugging Face id 'org/name'")
@@ -198,9 +209,13 @@ def _validate_top_level(c: dict[str, Any]) -> None:
     if _number("cfg_scale", c.get("cfg_scale")) < 0:
         _fail("cfg_scale", c.get("cfg_scale"), "must be >= 0")
     _choice("count_rule", c.get("count_rule"), COUNT_RULES)
+    _choice("confidence_precision", c.get("confidence_precision", "float64"), PRECISIONS)
     compat = c.get("compat") or {}
     _choice("compat.factor_rule", compat.get("factor_rule", "paper"), FACTOR_RULES)
     _choice("compat.cache_loop", compat.get("cache_loop", "correct"), CACHE_LOOPS)
+    known = {"factor_rule", "cache_loop", "dream_cache_force_first", "slowfast_truncate"}
+    for key in compat:
+        _choice("compat", key, sorted(known))
 
 
 def validate_config(cfg: DictConfig | dict) -> dict[str, Any]:

@@ -13,11 +13,10 @@ DEFAULT_GEN_LENGTH = 24  # 16 digits, one end-of-turn, 7 EOS pads
 
 def prompt_ids(tokenizer, puzzle: str) -> list[int]:
     """The puzzle inside the tokenizer's chat template, with the assistant header (generation prompt)."""
-    return list(
-        tokenizer.apply_chat_template(
-            [{"role": "user", "content": puzzle}], add_generation_prompt=True, tokenize=True
-        )
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": puzzle}], add_generation_prompt=True, tokenize=False
     )
+    return tokenizer.encode(text, add_special_tokens=False)
 
 
 def answer_ids(tokenizer, solution: str, gen_length: int, eos_token_id: int, eot_token_id: int | None) -> list[int]:

@@ -46,7 +46,7 @@ def test_grid_pinpoints_shorthand_expands_width_major(cfg: AnyResConfig) -> None
         ((384, 384), (1, 1), 729 + 27 * 28),  # one tile, nothing to unpad or shrink
         ((1000, 500), (3, 2), 729 + 40 * 82),  # 3x2 grid, rows 7..47 of 54 kept, sqrt(40*81/2916) < 1.1
         ((300, 1200), (1, 4), None),
-        ((2000, 1500), (6, 5), None),  # large: shrunk to about 4 tiles of features
+        ((2000, 1500), (6, 4), None),  # 2304x1536 holds it at scale 1.024; features shrunk to ~4 tiles
     ],
 )
 def test_published_config_shapes(cfg: AnyResConfig, size: tuple[int, int], grid: tuple[int, int], tokens: int | None) -> None:

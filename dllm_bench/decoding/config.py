@@ -1,0 +1,277 @@
+"""Plain-value configuration of selectors, policies and caches, with builders that validate early.
+
+The runner builds these from Hydra config: ``build_selector(name, **params)``, ``build_policy(name,
+**params)``, ``build_cache(name, **params)``; ``check_combination`` rejects pairs that cannot run together.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+import torch
+
+from dllm_bench.decoding.policies import (
+    SLOWFAST_PRESETS,
+    BlockPolicy,
+    DreamPolicy,
+    SlowFastPolicy,
+    StepContext,
+)
+from dllm_bench.decoding.selectors import (
+    factor_commit_mask,
+    frechet_commit_mask,
+    oracle_commit_mask,
+    threshold_commit_mask,
+    topk_commit_mask,
+)
+
+# ---------------------------------------------------------------- selectors
+
+
+@dataclass(frozen=True)
+class TopKSelector:
+    """Fixed-step baseline: the schedule's k most confident candidates (LLaDA ``low_confidence``)."""
+
+    name: str = field(default="topk", init=False)
+    adaptive = False
+
+    def commit(self, ctx: StepContext, k: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        if k is None:
+            raise ValueError("the topk selector needs a fixed-step schedule (policy 'blocks' with steps)")
+        return topk_commit_mask(ctx.confidence, ctx.candidates, k), ctx.prediction
+
+
+@dataclass(frozen=True)
+class ThresholdSelector:
+    """Fast-dLLM threshold: every candidate with confidence >= tau (at least one)."""
+
+    tau: float = 0.9
+    name: str = field(default="threshold", init=False)
+    adaptive = True
+
+    def commit(self, ctx: StepContext, k: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        return threshold_commit_mask(ctx.confidence, ctx.candidates, self.tau), ctx.prediction
+
+
+@dataclass(frozen=True)
+class FactorSelector:
+    """Fast-dLLM factor: largest n with (n+1)(1 - c(n)) < f; ``compat`` = the published loop."""
+
+    f: float = 1.0
+    compat: bool = False
+    name: str = field(default="factor", init=False)
+    adaptive = True
+
+    def commit(self, ctx: StepContext, k: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        return factor_commit_mask(ctx.confidence, ctx.candidates, self.f, self.compat), ctx.prediction
+
+
+@dataclass(frozen=True)
+class FrechetSelector:
+    """Fast-dLLM++ Fréchet profile rule: largest prefix with L_n - U_n > delta."""
+
+    delta: float = 0.25
+    name: str = field(default="frechet", init=False)
+    adaptive = True
+
+    def commit(self, ctx: StepContext, k: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        return frechet_commit_mask(ctx.confidence, ctx.candidates, self.delta), ctx.prediction
+
+
+@dataclass(frozen=True)
+class OracleSelector:
+    """Commit every candidate whose argmax equals the reference decode (needs ``reference=`` in generate)."""
+
+    name: str = field(default="oracle", init=False)
+    adaptive = True
+
+    def commit(self, ctx: StepContext, k: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        if ctx.reference is None:
+            raise ValueError("the oracle selector needs reference tokens: generate(..., reference=[B, gen_length])")
+        mask, _ = oracle_commit_mask(ctx.confidence, ctx.candidates, ctx.prediction, ctx.reference)
+        return mask, ctx.reference
+
+
+Selector = TopKSelector | ThresholdSelector | FactorSelector | FrechetSelector | OracleSelector
+SELECTORS = {"topk": TopKSelector, "threshold": ThresholdSelector, "factor": FactorSelector,
+             "frechet": FrechetSelector, "oracle": OracleSelector}
+
+
+def _check_params(kind: str, name: str, cls, params: dict) -> None:
+    allowed = {f.name for f in fields(cls) if f.init}
+    unknown = set(params) - allowed
+    if unknown:
+        raise ValueError(f"{kind} {name!r} takes parameters {sorted(allowed)}, got unknown {sorted(unknown)}")
+
+
+def build_selector(name: str, **params) -> Selector:
+    """Selector from a name and its parameters (topk; threshold tau; factor f, compat; frechet delta; oracle)."""
+    if name not in SELECTORS:
+        raise ValueError(f"selector {name!r} is not one of {sorted(SELECTORS)}")
+    cls = SELECTORS[name]
+    _check_params("selector", name, cls, params)
+    sel = cls(**params)
+    if name == "threshold" and not 0 < sel.tau <= 1:
+        raise ValueError(f"threshold tau must be in (0, 1], got {sel.tau}")
+    if name == "factor" and not sel.f > 0:
+        raise ValueError(f"factor f must be > 0, got {sel.f}")
+    if name == "frechet" and not 0 <= sel.delta < 1:
+        raise ValueError(f"frechet delta must be in [0, 1), got {sel.delta}")
+    return sel
+
+
+# ---------------------------------------------------------------- policies
+
+Policy = BlockPolicy | DreamPolicy | SlowFastPolicy
+POLICIES = ("blocks", "dream", "slowfast")
+
+
+def build_policy(name: str, **params) -> Policy:
+    """Policy from a name: blocks (steps=None|int), dream (steps, alg, eps), slowfast (preset=..., overrides)."""
+    if name == "blocks":
+        _check_params("policy", name, BlockPolicy, params)
+        pol = BlockPolicy(**params)
+        if pol.steps is not None and pol.steps < 1:
+            raise ValueError(f"blocks steps must be >= 1 or None, got {pol.steps}")
+        return pol
+    if name == "dream":
+        _check_params("policy", name, DreamPolicy, params)
+        pol = DreamPolicy(**params)
+        if pol.alg not in ("origin", "maskgit_plus", "topk_margin", "entropy"):
+            raise ValueError(f"dream alg {pol.alg!r} is not one of origin, maskgit_plus, topk_margin, entropy")
+        if pol.steps < 1:
+            raise ValueError(f"dream steps must be >= 1, got {pol.steps}")
+        return pol
+    if name == "slowfast":
+        preset = params.pop("preset", "code")
+        if preset not in SLOWFAST_PRESETS:
+            raise ValueError(f"slowfast preset {preset!r} is not one of {sorted(SLOWFAST_PRESETS)}")
+        _check_params("policy", name, SlowFastPolicy, params)
+        pol = SlowFastPolicy(**{**SLOWFAST_PRESETS[preset], **params})
+        if pol.explore_steps < 1 or pol.stability_window < 1:
+            raise ValueError(f"slowfast explore_steps and stability_window must be >= 1, got {pol}")
+        for tau_name in ("tau_min", "tau_high"):
+            if not 0 <= getattr(pol, tau_name) <= 1:
+                raise ValueError(f"slowfast {tau_name} must be in [0, 1], got {getattr(pol, tau_name)}")
+        if pol.variant not in ("llada", "dream"):
+            raise ValueError(f"slowfast variant {pol.variant!r} is not one of llada, dream")
+        return pol
+    raise ValueError(f"policy {name!r} is not one of {POLICIES}")
+
+
+# ---------------------------------------------------------------- caches
+
+
+@dataclass(frozen=True)
+class NoCache:
+    """Every step is a full forward over the whole canvas."""
+
+    name: str = field(default="none", init=False)
+
+
+@dataclass(frozen=True)
+class PrefixCache:
+    """Fast-dLLM prefix cache: full forward at each block start (and every ``refresh_every`` steps),
+    then recompute [block start, end of canvas) against cached K/V of the prefix.
+
+    ``compat_first_token`` reproduces Fast-dLLM's Dream loop: the refresh forward commits only the block's
+    first position, whatever its confidence.
+    """
+
+    refresh_every: int | None = None
+    compat_first_token: bool = False
+    name: str = field(default="prefix", init=False)
+
+
+@dataclass(frozen=True)
+class DualCache:
+    """Fast-dLLM dual cache: full forward at each block start, then only the block, writing its K/V in place.
+    Runs until the block is full (the published loop stops after steps_per_block - 1 cached steps)."""
+
+    refresh_every: int | None = None
+    compat_first_token: bool = False
+    name: str = field(default="dual", init=False)
+
+
+@dataclass(frozen=True)
+class DLLMCache:
+    """dLLM-Cache: prompt refreshed every K_p forwards, response every K_r, V-verify ratio rho on the rest."""
+
+    prompt_interval: int = 50
+    response_interval: int = 7
+    verify_ratio: float = 0.25
+    layer0_always: bool = True
+    name: str = field(default="dllm", init=False)
+
+    def plan(self, forward_index: int) -> tuple[bool, bool, float]:
+        """(refresh_prompt, refresh_response, verify_ratio) for the 1-based forward count."""
+        refresh_prompt = (forward_index - 1) % self.prompt_interval == 0
+        refresh_response = (forward_index - 1) % self.response_interval == 0
+        return refresh_prompt, refresh_response, (0.0 if refresh_response else self.verify_ratio)
+
+
+Cache = NoCache | PrefixCache | DualCache | DLLMCache
+CACHES = {"none": NoCache, "prefix": PrefixCache, "dual": DualCache, "dllm": DLLMCache}
+
+
+def build_cache(name: str, **params) -> Cache:
+    """Cache from a name: none; prefix/dual (refresh_every, compat_first_token); dllm (prompt_interval,
+    response_interval, verify_ratio, layer0_always)."""
+    if name not in CACHES:
+        raise ValueError(f"cache {name!r} is not one of {sorted(CACHES)}")
+    cls = CACHES[name]
+    _check_params("cache", name, cls, params)
+    cache = cls(**params)
+    if name in ("prefix", "dual") and cache.refresh_every is not None and cache.refresh_every < 1:
+        raise ValueError(f"{name} refresh_every must be >= 1 or None, got {cache.refresh_every}")
+    if name == "dllm":
+        if cache.prompt_interval < 1 or cache.response_interval < 1:
+            raise ValueError(
+                f"dllm prompt_interval and response_interval must be >= 1 (1 = every forward), got "
+                f"{cache.prompt_interval}, {cache.response_interval}"
+            )
+        if not 0 <= cache.verify_ratio <= 1:
+            raise ValueError(f"dllm verify_ratio must be in [0, 1], got {cache.verify_ratio}")
+    return cache
+
+
+def check_combination(
+    policy: Policy, selector: Selector | None, cache: Cache, *, gen_length: int, block_length: int,
+    cfg_scale: float = 0.0,
+) -> None:
+    """Raise ValueError naming the bad value when a policy/selector/cache/length combination cannot run."""
+    if gen_length < 1 or block_length < 1:
+        raise ValueError(f"gen_length and block_length must be >= 1, got {gen_length}, {block_length}")
+    if gen_length % block_length:
+        raise ValueError(f"gen_length {gen_length} is not a multiple of block_length {block_length}")
+    num_blocks = gen_length // block_length
+    if isinstance(policy, BlockPolicy):
+        if selector is None:
+            raise ValueError("policy 'blocks' needs a selector (topk, threshold, factor, frechet, oracle)")
+        if isinstance(selector, TopKSelector) and policy.steps is None:
+            raise ValueError("selector 'topk' needs policy 'blocks' with steps (fixed-step schedule)")
+        if selector.adaptive and policy.steps is not None:
+            raise ValueError(
+                f"selector {selector.name!r} is adaptive (a block runs until full); use blocks steps=None, "
+                f"got steps={policy.steps}"
+            )
+        if policy.steps is not None and policy.steps % num_blocks:
+            raise ValueError(f"steps {policy.steps} is not divisible by the number of blocks {num_blocks}")
+    elif isinstance(policy, DreamPolicy):
+        if selector is not None and not isinstance(selector, TopKSelector):
+            raise ValueError(f"policy 'dream' chooses its own counts; selector must be topk or None, got {selector.name!r}")
+        if block_length != gen_length:
+            raise ValueError(f"policy 'dream' has no blocks: block_length {block_length} must equal gen_length {gen_length}")
+    elif isinstance(policy, SlowFastPolicy):
+        if selector is not None:
+            raise ValueError(f"policy 'slowfast' has its own commit rule; selector must be None, got {selector.name!r}")
+        if policy.variant == "dream" and block_length != gen_length:
+            raise ValueError(f"slowfast variant 'dream' has no blocks: block_length {block_length} must equal gen_length")
+        if policy.truncate_fast and not isinstance(cache, NoCache):
+            raise ValueError(f"slowfast truncate_fast (published fast phase) runs only without a cache, got {cache.name!r}")
+    else:
+        raise ValueError(f"unknown policy {policy!r}")
+    if cfg_scale < 0:
+        raise ValueError(f"cfg_scale must be >= 0, got {cfg_scale}")
+    if cfg_scale > 0 and not isinstance(cache, NoCache):
+        raise ValueError(f"classifier-free guidance runs only without a cache, got cache {cache.name!r}")

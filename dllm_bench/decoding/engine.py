@@ -1,0 +1,247 @@
+"""The generate loop: policy -> forward (under a cache) -> confidences at candidates -> commit -> account."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from dllm_bench.decoding.accounting import SampleRecord, StepTrace, count_generated_tokens
+from dllm_bench.decoding.confidence import candidate_predictions, check_measure, resolve_precision
+from dllm_bench.decoding.config import (
+    Cache,
+    DualCache,
+    FrechetSelector,
+    NoCache,
+    Policy,
+    PrefixCache,
+    Selector,
+    check_combination,
+)
+from dllm_bench.decoding.forward import ForwardResult, ForwardRunner
+from dllm_bench.decoding.policies import DreamPolicy, StepContext
+from dllm_bench.decoding.selectors import frechet_gap_sorted, sort_candidates
+
+
+@dataclass
+class GenerationOutput:
+    """``tokens`` [B, gen_length] answer ids; one ``SampleRecord`` per row."""
+
+    tokens: torch.Tensor
+    records: list[SampleRecord]
+
+
+def _config_value(model, name: str, given):
+    if given is not None:
+        return given
+    config = getattr(model, "config", None)
+    value = getattr(config, name, None)
+    if value is None:
+        raise ValueError(f"{name} is not given and model.config has none")
+    return value
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _row_generators(seed: int | Sequence[int], batch: int, device: torch.device) -> list[torch.Generator]:
+    seeds = [seed] * batch if isinstance(seed, int) else list(seed)
+    if len(seeds) != batch:
+        raise ValueError(f"seed must be an int or one int per row ({batch}), got {len(seeds)} seeds")
+    return [torch.Generator(device=device).manual_seed(int(s)) for s in seeds]
+
+
+def _trace_step(step: int, conf: torch.Tensor, cand: torch.Tensor, commit: torch.Tensor, frechet: bool):
+    """StepTrace per row (None for rows without candidates)."""
+    sorted_conf, _, n_cand = sort_candidates(conf, cand)
+    n_commit = commit.sum(dim=1)
+    if frechet:
+        gap, core = frechet_gap_sorted(sorted_conf.to(torch.float64))
+    out = []
+    for b in range(conf.shape[0]):
+        n = int(n_cand[b])
+        if n == 0:
+            out.append(None)
+            continue
+        k = int(n_commit[b])
+        entry = StepTrace(step, sorted_conf[b, :n].double().tolist(), k)
+        if frechet and k > 0:
+            entry.frechet_core = float(core[b, k - 1])
+            entry.frechet_bonus = float(gap[b, k - 1] - core[b, k - 1])
+        out.append(entry)
+    return out
+
+
+def generate(
+    model: Callable,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    *,
+    gen_length: int,
+    block_length: int,
+    policy: Policy,
+    selector: Selector | None = None,
+    cache: Cache | None = None,
+    confidence: str | None = None,
+    confidence_precision: str | torch.dtype = "float64",
+    temperature: float = 0.0,
+    cfg_scale: float = 0.0,
+    forbidden_token_ids: Sequence[int] = (),
+    early_stop: bool = False,
+    seed: int | Sequence[int] = 0,
+    reference: torch.Tensor | None = None,
+    trace: bool = False,
+    model_kwargs: dict | None = None,
+    tokenizer=None,
+    stop_strings: Sequence[str] | None = None,
+    mask_token_id: int | None = None,
+    stop_token_ids: Sequence[int] | None = None,
+    pad_token_id: int | None = None,
+) -> GenerationOutput:
+    """Decode ``gen_length`` masked positions after left-padded prompts; returns tokens and per-row records."""
+    cache = cache if cache is not None else NoCache()
+    check_combination(policy, selector, cache, gen_length=gen_length, block_length=block_length, cfg_scale=cfg_scale)
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if input_ids.dim() != 2:
+        raise ValueError(f"input_ids must be [B, P], got shape {tuple(input_ids.shape)}")
+    default_measure = policy.measure if isinstance(policy, DreamPolicy) else "top1_prob"
+    if confidence is not None and isinstance(policy, DreamPolicy) and confidence != default_measure:
+        raise ValueError(f"dream alg {policy.alg!r} uses confidence {default_measure!r}, got {confidence!r}")
+    measure = check_measure(confidence or default_measure)
+    mask_id = int(_config_value(model, "mask_token_id", mask_token_id))
+    stops = list(stop_token_ids) if stop_token_ids is not None else list(getattr(model.config, "stop_token_ids", []) or [])
+    if early_stop and not stops:
+        raise ValueError("early_stop needs stop_token_ids (EOS/EoT) from the argument or model.config")
+    if pad_token_id is None:
+        pad_token_id = getattr(getattr(model, "config", None), "pad_token_id", None)
+    B, P = input_ids.shape
+    G = gen_length
+    device = input_ids.device
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
+    if reference is not None and tuple(reference.shape) != (B, G):
+        raise ValueError(f"reference must be [B, gen_length] = {(B, G)}, got {tuple(reference.shape)}")
+
+    x = torch.cat([input_ids, torch.full((B, G), mask_id, dtype=input_ids.dtype, device=device)], dim=1)
+    full_mask = torch.cat([attention_mask, torch.ones((B, G), dtype=attention_mask.dtype, device=device)], dim=1)
+    runner = ForwardRunner(model, cache, P, full_mask, model_kwargs, cfg_scale, mask_id)
+    state = policy.init_state(B, G, block_length, device)
+    generators = _row_generators(seed, B, device) if (temperature > 0 or measure == "random") else None
+    stop_ids = torch.tensor(stops, dtype=x.dtype, device=device) if stops else None
+    force_first = isinstance(cache, PrefixCache | DualCache) and cache.compat_first_token
+
+    active = torch.ones(B, dtype=torch.bool, device=device)
+    nfe = torch.zeros(B, dtype=torch.long)
+    positions = torch.zeros(B, dtype=torch.long)
+    finish_time = [0.0] * B
+    traces: list[list[StepTrace]] = [[] for _ in range(B)]
+    step = 0
+    _synchronize(device)
+    t0 = time.perf_counter()
+    dtype = None
+    with torch.no_grad():
+        while bool(active.any()):
+            rows = active.nonzero().squeeze(1)
+            answer = x[:, P:]
+            masked = answer == mask_id
+            lo, hi = policy.window(state)
+            j = torch.arange(G, device=device).unsqueeze(0)
+            cand = masked & (j >= lo.unsqueeze(1)) & (j < hi.unsqueeze(1)) & active.unsqueeze(1)
+            block_lo, block_hi = policy.block(state)
+            limit = policy.canvas_limit(state) if hasattr(policy, "canvas_limit") else None
+            results = runner.run(x, rows, block_lo, block_hi, limit)
+            if dtype is None:
+                dtype = resolve_precision(confidence_precision, results[0].logits.dtype)
+            conf = torch.full((B, G), float("-inf"), dtype=dtype, device=device)
+            pred = torch.full((B, G), mask_id, dtype=x.dtype, device=device)
+            refreshed = torch.zeros(B, dtype=torch.bool, device=device)
+            for res in results:
+                _fill_predictions(res, cand, conf, pred, P, G, measure, dtype, temperature,
+                                  forbidden_token_ids, generators)
+                positions[res.rows.cpu()] += res.logits.shape[1]
+                refreshed[res.rows] = res.refresh
+            nfe[rows.cpu()] += 1
+            ctx = StepContext(conf, cand, pred, masked, reference)
+            commit, tokens = policy.decide(state, ctx, selector)
+            if force_first:
+                first = torch.zeros_like(cand)
+                first.scatter_(1, block_lo.clamp(max=G - 1).unsqueeze(1), True)
+                commit = torch.where(refreshed.unsqueeze(1), first & cand, commit)
+            commit &= cand
+            answer[commit] = tokens[commit]
+            if trace:
+                for b, entry in enumerate(_trace_step(step, conf, cand, commit, isinstance(selector, FrechetSelector))):
+                    if entry is not None:
+                        traces[b].append(entry)
+            now_masked = answer == mask_id
+            finished = policy.advance(state, now_masked, active) & active
+            if early_stop:
+                finished |= active & _answer_complete(answer, now_masked, stop_ids)
+            if bool(finished.any()):
+                _synchronize(device)
+                now = time.perf_counter() - t0
+                for b in finished.nonzero().squeeze(1).tolist():
+                    finish_time[b] = now
+            active &= ~finished
+            step += 1
+    tokens_out = x[:, P:].clone()
+    if early_stop:
+        tokens_out[tokens_out == mask_id] = stops[0]
+    records = []
+    for b in range(B):
+        rec = SampleRecord(nfe=int(nfe[b]), steps=int(nfe[b]), forward_positions=int(positions[b]),
+                           wall_time_s=finish_time[b], trace=traces[b] if trace else None)
+        if tokenizer is not None:
+            prompt_real = int(((input_ids[b] != stops[0]) & attention_mask[b].bool()).sum()) if stops else int(attention_mask[b].sum())
+            rec.token_counts = count_generated_tokens(tokens_out[b], tokenizer, stop_strings or (),
+                                                      stop_token_ids=stops, pad_token_id=pad_token_id,
+                                                      prompt_length=prompt_real)
+        records.append(rec)
+    return GenerationOutput(tokens_out, records)
+
+
+def _fill_predictions(res: ForwardResult, cand, conf, pred, P: int, G: int, measure: str, dtype,
+                      temperature: float, forbidden, generators) -> None:
+    """Confidence and x0 at the candidates of ``res.rows`` from that forward's logits (in place)."""
+    a0 = max(res.start - P, 0)
+    a1 = min(res.start + res.logits.shape[1] - P, G)
+    rows = res.rows
+    sub_cand = cand.index_select(0, rows)
+    outside = sub_cand.clone()
+    outside[:, a0:a1] = False
+    if bool(outside.any()):
+        raise RuntimeError("a candidate lies outside the positions this forward computed (engine bug)")
+    sub_cand = sub_cand[:, a0:a1]
+    if not bool(sub_cand.any()):
+        return
+    logits = res.logits[:, P + a0 - res.start: P + a1 - res.start]
+    flat = logits[sub_cand]
+    counts = sub_cand.sum(dim=1).tolist()
+    gens = [generators[int(r)] for r in rows] if generators is not None else None
+    x0, c = candidate_predictions(flat, counts, measure=measure, dtype=dtype, temperature=temperature,
+                                  forbidden_token_ids=forbidden, generators=gens)
+    sub_conf = torch.full(sub_cand.shape, float("-inf"), dtype=dtype, device=conf.device)
+    sub_pred = torch.zeros(sub_cand.shape, dtype=pred.dtype, device=pred.device)
+    sub_conf[sub_cand] = c.to(dtype)
+    sub_pred[sub_cand] = x0.to(pred.dtype)
+    conf_rows = conf[rows]
+    pred_rows = pred[rows]
+    conf_rows[:, a0:a1] = torch.where(sub_cand, sub_conf, conf_rows[:, a0:a1])
+    pred_rows[:, a0:a1] = torch.where(sub_cand, sub_pred, pred_rows[:, a0:a1])
+    conf[rows] = conf_rows
+    pred[rows] = pred_rows
+
+
+def _answer_complete(answer: torch.Tensor, masked: torch.Tensor, stop_ids: torch.Tensor) -> torch.Tensor:
+    """Rows where a stop token is committed and every position before the first one is committed."""
+    is_stop = torch.isin(answer, stop_ids) & ~masked
+    G = answer.shape[1]
+    j = torch.arange(G, device=answer.device).unsqueeze(0)
+    first_stop = torch.where(is_stop, j, G).min(dim=1).values
+    masked_before = (masked & (j < first_stop.unsqueeze(1))).any(dim=1)
+    return (first_stop < G) & ~masked_before

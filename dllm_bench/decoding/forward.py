@@ -1,0 +1,172 @@
+"""How a step runs the network for each cache mode, for any subset of rows.
+
+Rows that share a cache must share what the network computes, so rows are kept in cohorts: a cohort is a
+set of rows with one cache object, created by a refresh (full forward) and shrunk when rows leave it (a row
+that finished, or one that needs its own refresh). Each cohort costs one forward per step; rows that move in
+lockstep (fixed-step schedules, the usual case) stay in one cohort.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from dllm_bench.decoding.config import Cache, DLLMCache, DualCache, NoCache, PrefixCache
+
+
+@dataclass
+class ForwardResult:
+    """Logits for rows ``rows`` over canvas positions [start, start + logits.shape[1])."""
+
+    rows: torch.Tensor  # [b] global row indices
+    logits: torch.Tensor  # [b, e - s, V]
+    start: int
+    refresh: bool
+
+
+def take_rows(value, rows: torch.Tensor, batch: int):
+    """``value`` restricted to ``rows`` when it is a tensor whose first dimension is the batch."""
+    if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == batch:
+        return value.index_select(0, rows)
+    return value
+
+
+def _slice_kwargs(model_kwargs: dict, rows: torch.Tensor, batch: int) -> dict:
+    return {k: take_rows(v, rows, batch) if isinstance(v, torch.Tensor) else v for k, v in model_kwargs.items()}
+
+
+@dataclass
+class _Cohort:
+    rows: torch.Tensor
+    cache: object
+    block: tuple[int, int]
+    since_refresh: int
+    forwards: int = 0
+
+
+class ForwardRunner:
+    """Runs one step's forwards for the active rows under a cache mode; returns logits per row group."""
+
+    def __init__(self, model: Callable, cache: Cache, prompt_length: int, attention_mask: torch.Tensor,
+                 model_kwargs: dict | None, cfg_scale: float, mask_token_id: int):
+        self.model = model
+        self.cache = cache
+        self.P = prompt_length
+        self.mask = attention_mask
+        self.batch = attention_mask.shape[0]
+        self.model_kwargs = model_kwargs or {}
+        self.cfg_scale = cfg_scale
+        self.mask_token_id = mask_token_id
+        self.cohorts: list[_Cohort] = []
+
+    def _call(self, x: torch.Tensor, rows: torch.Tensor, cache=None, start: int = 0, end: int | None = None):
+        kwargs = _slice_kwargs(self.model_kwargs, rows, self.batch)
+        mask = self.mask.index_select(0, rows)
+        end = x.shape[1] if end is None else end
+        inp = x.index_select(0, rows)
+        if cache is None:
+            if end < x.shape[1]:
+                inp, mask = inp[:, :end], mask[:, :end]
+            if self.cfg_scale > 0:
+                return self._cfg_call(inp, mask, kwargs)
+            return self.model(inp, attention_mask=mask, **kwargs)
+        if start == 0 and end == x.shape[1]:
+            return self.model(inp, attention_mask=mask, cache=cache, **kwargs)
+        return self.model(inp[:, start:end], attention_mask=mask, cache=cache, start=start, **kwargs)
+
+    def _cfg_call(self, inp: torch.Tensor, mask: torch.Tensor, kwargs: dict) -> torch.Tensor:
+        """LLaDA classifier-free guidance: un + (cfg + 1)(cond - un), prompt masked in the unconditional copy."""
+        un = inp.clone()
+        prompt = torch.zeros_like(inp, dtype=torch.bool)
+        prompt[:, : self.P] = mask[:, : self.P].bool()
+        un[prompt] = self.mask_token_id
+        both = {k: torch.cat([v, v]) if isinstance(v, torch.Tensor) and v.shape[:1] == inp.shape[:1] else v
+                for k, v in kwargs.items()}
+        logits = self.model(torch.cat([inp, un]), attention_mask=torch.cat([mask, mask]), **both)
+        cond, uncond = logits.chunk(2)
+        return uncond + (self.cfg_scale + 1) * (cond - uncond)
+
+    def run(self, x: torch.Tensor, rows: torch.Tensor, block_lo: torch.Tensor, block_hi: torch.Tensor,
+            canvas_limit: torch.Tensor | None) -> list[ForwardResult]:
+        """Forwards for active ``rows``; block bounds and canvas limits are answer coordinates per row."""
+        if isinstance(self.cache, NoCache):
+            if canvas_limit is None:
+                return [ForwardResult(rows, self._call(x, rows), 0, True)]
+            out = []
+            limits = canvas_limit.index_select(0, rows)
+            for lim in torch.unique(limits).tolist():
+                group = rows[limits == lim]
+                out.append(ForwardResult(group, self._call(x, group, end=self.P + lim), 0, True))
+            return out
+        if isinstance(self.cache, DLLMCache):
+            return self._run_dllm(x, rows)
+        return self._run_kv(x, rows, block_lo, block_hi)
+
+    @staticmethod
+    def _keep(cohort: _Cohort, keep: torch.Tensor) -> _Cohort | None:
+        """Shrink a cohort (and its cache) to the rows in ``keep``; None when none is left."""
+        if not keep.any():
+            return None
+        if not keep.all():
+            index = keep.nonzero().squeeze(1)
+            cohort.cache.keep_rows(index)
+            cohort.rows = cohort.rows[index]
+        return cohort
+
+    def _run_dllm(self, x: torch.Tensor, rows: torch.Tensor) -> list[ForwardResult]:
+        from dllm_bench.models.cache import FeatureCache
+
+        cfg: DLLMCache = self.cache
+        if not self.cohorts:
+            fc = FeatureCache(prompt_length=self.P, refresh_layer0=cfg.layer0_always)
+            self.cohorts = [_Cohort(rows, fc, (0, 0), 0)]
+        cohort = self.cohorts[0]
+        active = torch.zeros(self.batch, dtype=torch.bool, device=rows.device)
+        active[rows] = True
+        kept = self._keep(cohort, active[cohort.rows])
+        self.cohorts = [kept] if kept is not None else []
+        cohort.forwards += 1
+        refresh_prompt, refresh_response, ratio = cfg.plan(cohort.forwards)
+        cohort.cache.plan(refresh_prompt, refresh_response, ratio)
+        logits = self._call(x, cohort.rows, cache=cohort.cache)
+        return [ForwardResult(cohort.rows, logits, 0, refresh_prompt and refresh_response)]
+
+    def _run_kv(self, x: torch.Tensor, rows: torch.Tensor, block_lo: torch.Tensor,
+                block_hi: torch.Tensor) -> list[ForwardResult]:
+        from dllm_bench.models.cache import KVCache
+
+        cfg: PrefixCache | DualCache = self.cache
+        every = cfg.refresh_every
+        T = x.shape[1]
+        needs_refresh = torch.zeros(self.batch, dtype=torch.bool, device=rows.device)
+        needs_refresh[rows] = True
+        survivors = []
+        results = []
+        is_active = needs_refresh.clone()
+        for cohort in self.cohorts:
+            same_block = (block_lo[cohort.rows] == cohort.block[0]) & (block_hi[cohort.rows] == cohort.block[1])
+            due = every is not None and cohort.since_refresh >= every
+            keep = is_active[cohort.rows] & same_block & (not due)
+            kept = self._keep(cohort, keep)
+            if kept is None:
+                continue
+            needs_refresh[kept.rows] = False
+            s = self.P + kept.block[0]
+            e = T if isinstance(cfg, PrefixCache) else self.P + kept.block[1]
+            logits = self._call(x, kept.rows, cache=kept.cache, start=s, end=e)
+            kept.since_refresh += 1
+            survivors.append(kept)
+            results.append(ForwardResult(kept.rows, logits, s, False))
+        refresh_rows = needs_refresh.nonzero().squeeze(1)
+        if refresh_rows.numel():
+            keys = torch.stack([block_lo[refresh_rows], block_hi[refresh_rows]], dim=1)
+            for key in torch.unique(keys, dim=0).tolist():
+                group = refresh_rows[(keys[:, 0] == key[0]) & (keys[:, 1] == key[1])]
+                kv = KVCache()
+                logits = self._call(x, group, cache=kv)
+                survivors.append(_Cohort(group, kv, (key[0], key[1]), 1))
+                results.append(ForwardResult(group, logits, 0, True))
+        self.cohorts = survivors
+        return results

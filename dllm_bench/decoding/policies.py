@@ -1,0 +1,281 @@
+"""Schedules that drive the selectors: LLaDA blocks, Dream timesteps, SlowFast sampling.
+
+A policy keeps per-row state as tensors over the batch and answers three questions each step: which answer
+positions are candidates (``window``), which block a cache should treat as current (``block``), and which
+candidates to commit (``decide``); ``advance`` moves every row on after the commit. Positions are answer
+coordinates (0 = first generated position).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from dllm_bench.decoding.schedules import (
+    dream_transfer_count,
+    dream_transfer_probability,
+    llada_transfer_counts,
+)
+from dllm_bench.decoding.selectors import topk_commit_mask
+
+
+def _span_mask(lo: torch.Tensor, hi: torch.Tensor, length: int) -> torch.Tensor:
+    """[B, length] bool: lo[b] <= j < hi[b]."""
+    j = torch.arange(length, device=lo.device).unsqueeze(0)
+    return (j >= lo.unsqueeze(1)) & (j < hi.unsqueeze(1))
+
+
+@dataclass
+class StepContext:
+    """What a policy sees when deciding: confidences (-inf off candidates), candidates, predictions."""
+
+    confidence: torch.Tensor  # [B, G] float, -inf off candidates
+    candidates: torch.Tensor  # [B, G] bool
+    prediction: torch.Tensor  # [B, G] long, x0 (mask id off candidates)
+    masked: torch.Tensor  # [B, G] bool, before this step's commit
+    reference: torch.Tensor | None  # [B, G] long, oracle reference
+
+
+# ---------------------------------------------------------------- LLaDA blocks
+
+
+@dataclass(frozen=True)
+class BlockPolicy:
+    """LLaDA semi-autoregressive blocks; ``steps`` total fixed steps (top-k) or None (adaptive, until full)."""
+
+    steps: int | None = None
+    name: str = field(default="blocks", init=False)
+
+    def init_state(self, batch: int, gen_length: int, block_length: int, device: torch.device) -> dict:
+        num_blocks = gen_length // block_length
+        state = {
+            "bl": block_length,
+            "num_blocks": num_blocks,
+            "block": torch.zeros(batch, dtype=torch.long, device=device),
+            "step_in_block": torch.zeros(batch, dtype=torch.long, device=device),
+        }
+        if self.steps is not None:
+            per_block = self.steps // num_blocks
+            state["per_block"] = per_block
+            state["counts"] = llada_transfer_counts(torch.tensor([block_length], device=device), per_block)[0]
+        return state
+
+    def block(self, state: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        lo = state["block"] * state["bl"]
+        return lo, lo + state["bl"]
+
+    window = block
+
+    def decide(self, state: dict, ctx: StepContext, selector) -> tuple[torch.Tensor, torch.Tensor]:
+        k = None
+        if self.steps is not None:
+            k = state["counts"][state["step_in_block"].clamp(max=state["per_block"] - 1)]
+        return selector.commit(ctx, k=k)
+
+    def advance(self, state: dict, masked: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+        state["step_in_block"] += active.long()
+        lo, hi = self.block(state)
+        if self.steps is not None:
+            done = state["step_in_block"] >= state["per_block"]
+        else:
+            done = ~(masked & _span_mask(lo, hi, masked.shape[1])).any(dim=1)
+        done &= active
+        state["block"] += done.long()
+        state["step_in_block"] = torch.where(done, 0, state["step_in_block"])
+        return state["block"] >= state["num_blocks"]
+
+
+# ---------------------------------------------------------------- Dream diffusion_generate
+
+
+DREAM_ALGORITHMS = {"origin": "random", "maskgit_plus": "top1_prob", "topk_margin": "margin", "entropy": "neg_entropy"}
+
+
+@dataclass(frozen=True)
+class DreamPolicy:
+    """Dream's ``diffusion_generate``: exactly ``steps`` forwards over the whole answer, no blocks.
+
+    Step i commits int(#mask * (1 - s/t)) by the algorithm's confidence (all remaining at the last step);
+    ``origin`` instead commits each masked position with probability 1 - s/t.
+    """
+
+    steps: int
+    alg: str = "maskgit_plus"
+    eps: float = 1e-3
+    name: str = field(default="dream", init=False)
+
+    @property
+    def measure(self) -> str:
+        return DREAM_ALGORITHMS[self.alg]
+
+    def init_state(self, batch: int, gen_length: int, block_length: int, device: torch.device) -> dict:
+        return {"G": gen_length, "step": torch.zeros(batch, dtype=torch.long, device=device)}
+
+    def block(self, state: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        lo = torch.zeros_like(state["step"])
+        return lo, lo + state["G"]
+
+    window = block
+
+    def decide(self, state: dict, ctx: StepContext, selector) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.alg == "origin":
+            p = dream_transfer_probability(state["step"], self.steps, self.eps).to(ctx.confidence.dtype)
+            return ctx.candidates & (ctx.confidence < p.unsqueeze(1)), ctx.prediction
+        k = dream_transfer_count(ctx.masked.sum(dim=1), state["step"], self.steps, self.eps)
+        return topk_commit_mask(ctx.confidence, ctx.candidates, k), ctx.prediction
+
+    def advance(self, state: dict, masked: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+        state["step"] += active.long()
+        return state["step"] >= self.steps
+
+
+# ---------------------------------------------------------------- SlowFast sampling
+
+
+@dataclass(frozen=True)
+class SlowFastPolicy:
+    """SlowFast sampling: per block, K exploration steps estimate a stable span end, then a fast phase.
+
+    Exploration commits every candidate >= ``explore_tau`` when at least ``min_parallel`` qualify (else
+    the top-1) and estimates end = prev + 1 + offset of the farthest candidate >= ``tau_min``. The span is
+    frozen when the estimate window is stable, else int(mean) after K steps. The fast phase commits
+    candidates >= ``tau_high`` on [prev, end) (top-1 fallback) until the span is full.
+    ``variant='dream'``: window pre-filled with zeros, unbiased variance <= threshold, round(mean), and
+    exploration stops early once nothing is masked. ``truncate_fast`` reproduces the published fast phase
+    that runs the network on the canvas cut at the span end after its first call.
+    """
+
+    explore_steps: int = 6
+    tau_min: float = 0.3
+    stability_window: int = 2
+    stability_threshold: float = 1.0
+    tau_high: float = 0.9
+    explore_tau: float | None = None
+    min_parallel: int = 2
+    variant: str = "llada"
+    truncate_fast: bool = False
+    name: str = field(default="slowfast", init=False)
+
+    def init_state(self, batch: int, gen_length: int, block_length: int, device: torch.device) -> dict:
+        z = torch.zeros(batch, dtype=torch.long, device=device)
+        state = {
+            "bl": block_length,
+            "num_blocks": gen_length // block_length,
+            "block": z.clone(),
+            "prev": z.clone(),
+            "end": torch.full_like(z, block_length),
+            "fast": torch.zeros(batch, dtype=torch.bool, device=device),
+            "explored": z.clone(),
+            "fast_calls": z.clone(),
+            "determined": torch.zeros(batch, dtype=torch.bool, device=device),
+            "history": torch.zeros(batch, self.stability_window, dtype=torch.float64, device=device),
+            "history_len": z.clone(),
+        }
+        return state
+
+    def block(self, state: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        lo = state["block"] * state["bl"]
+        return lo, lo + state["bl"]
+
+    def window_span(self, state: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """Candidate span: [prev, block end) while exploring, [prev, end) in the fast phase."""
+        lo, hi = self.block(state)
+        return lo + state["prev"], torch.where(state["fast"], lo + state["end"], hi)
+
+    window = window_span
+
+    def canvas_limit(self, state: dict) -> torch.Tensor | None:
+        """Answer length the network sees per row (published fast phase); None = whole canvas."""
+        if not self.truncate_fast:
+            return None
+        lo, hi = self.block(state)
+        G = state["num_blocks"] * state["bl"]
+        cut = state["fast"] & (state["fast_calls"] > 0)
+        return torch.where(cut, lo + state["end"], torch.full_like(lo, G))
+
+    def _estimate(self, state: dict, ctx: StepContext) -> None:
+        """Push this step's span-end estimate and freeze the end when the window is stable."""
+        lo, _ = self.window_span(state)
+        G = ctx.candidates.shape[1]
+        j = torch.arange(G, device=lo.device).unsqueeze(0)
+        above = ctx.candidates & (ctx.confidence >= self.tau_min)
+        farthest = torch.where(above, j, -1).max(dim=1).values
+        inc = torch.where(farthest >= 0, farthest - lo + 1, 1)
+        est = (state["prev"] + inc).clamp(1, state["bl"])
+        open_rows = (~state["determined"]) & (~state["fast"])
+        last_step = state["explored"] >= self.explore_steps - 1
+        hist = state["history"]
+        if self.variant == "dream":
+            slot = (state["explored"] % self.stability_window).unsqueeze(1)
+            pushed = hist.scatter(1, slot, est.to(hist.dtype).unsqueeze(1))
+            stable = pushed.var(dim=1, unbiased=True) <= self.stability_threshold if self.stability_window >= 2 else torch.ones_like(open_rows)
+            fallback = pushed.mean(dim=1).round().clamp_min(1).long()
+            full = torch.ones_like(open_rows)
+        else:
+            pushed = torch.cat([hist[:, 1:], est.to(hist.dtype).unsqueeze(1)], dim=1)
+            n = (state["history_len"] + 1).clamp(max=self.stability_window)
+            full = n >= self.stability_window
+            stable = pushed.std(dim=1, unbiased=False) < self.stability_threshold
+            fallback = pushed.mean(dim=1).long()
+            state["history_len"] = torch.where(open_rows, n, state["history_len"])
+        state["history"] = torch.where(open_rows.unsqueeze(1), pushed, hist)
+        new_end = torch.where(stable, est, fallback).clamp(1, state["bl"])
+        update = open_rows & full
+        state["end"] = torch.where(update, new_end, state["end"])
+        state["determined"] |= update & (stable | last_step)
+
+    def decide(self, state: dict, ctx: StepContext, selector) -> tuple[torch.Tensor, torch.Tensor]:
+        self._estimate(state, ctx)
+        tau = torch.where(state["fast"], self.tau_high, self.explore_tau if self.explore_tau is not None else self.tau_high)
+        qualifying = ctx.candidates & (ctx.confidence >= tau.to(ctx.confidence.dtype).unsqueeze(1))
+        parallel = qualifying.sum(dim=1) >= self.min_parallel
+        top1 = topk_commit_mask(ctx.confidence, ctx.candidates, 1)
+        return torch.where(parallel.unsqueeze(1), qualifying, top1), ctx.prediction
+
+    def _fallback_end(self, state: dict) -> torch.Tensor:
+        """End after K undetermined steps: int(mean) of the estimates (block_length // 2 if none)."""
+        n = state["history_len"]
+        W = self.stability_window
+        idx = torch.arange(W, device=n.device).unsqueeze(0)
+        valid = idx >= (W - n).unsqueeze(1)
+        mean = (state["history"] * valid).sum(dim=1) / n.clamp(min=1)
+        return torch.where(n > 0, mean.long().clamp(1, state["bl"]), torch.full_like(n, state["bl"] // 2))
+
+    def advance(self, state: dict, masked: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+        G = masked.shape[1]
+        block_lo, block_hi = self.block(state)
+        exploring = active & ~state["fast"]
+        state["explored"] += exploring.long()
+        state["fast_calls"] += (active & state["fast"]).long()
+        explore_over = exploring & (state["explored"] >= self.explore_steps)
+        if self.variant == "dream":
+            explore_over |= exploring & ~masked.any(dim=1)
+        else:
+            undetermined = explore_over & ~state["determined"]
+            state["end"] = torch.where(undetermined, self._fallback_end(state), state["end"])
+        state["fast"] |= explore_over
+        span_lo, span_hi = block_lo + state["prev"], block_lo + state["end"]
+        span_done = active & state["fast"] & ~(masked & _span_mask(span_lo, span_hi, G)).any(dim=1)
+        state["prev"] = torch.where(span_done, state["end"], state["prev"])
+        block_done = span_done & ~(masked & _span_mask(block_lo, block_hi, G)).any(dim=1)
+        state["block"] += block_done.long()
+        state["prev"] = torch.where(block_done, 0, state["prev"])
+        state["end"] = torch.where(block_done, state["bl"], state["end"])
+        # a new sub-cycle (same or next block) starts a fresh exploration
+        for key in ("explored", "fast_calls", "history_len"):
+            state[key] = torch.where(span_done, 0, state[key])
+        state["history"] = torch.where(span_done.unsqueeze(1), 0.0, state["history"])
+        state["determined"] &= ~span_done
+        state["fast"] &= ~span_done
+        return state["block"] >= state["num_blocks"]
+
+
+SLOWFAST_PRESETS = {
+    "code": dict(explore_steps=6, tau_min=0.3, stability_window=2, stability_threshold=1.0, tau_high=0.9),
+    "paper": dict(explore_steps=8, tau_min=0.1, stability_window=2, stability_threshold=1.0, tau_high=0.85),
+    "dream": dict(
+        explore_steps=6, tau_min=0.1, stability_window=2, stability_threshold=1.0, tau_high=0.9, explore_tau=0.8,
+        variant="dream",
+    ),
+}

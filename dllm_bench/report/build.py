@@ -1,0 +1,124 @@
+"""Resolve every cell of a table against the runs on disk: pooled result, or why it is missing and how to fill it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from dllm_bench.report.aggregate import Aggregate, aggregate_runs
+from dllm_bench.report.published import PublishedRow
+from dllm_bench.report.runs import compose_configs, matching_rows, override_value
+from dllm_bench.report.tables import BENCHMARK_SIZES, Cell, TableSpec, table_cells
+from dllm_bench.runner.config import CONF_DIR
+
+RUNNER_COMMAND = "dllm-bench"
+
+
+@dataclass(frozen=True)
+class CellResult:
+    """A cell with its status: `ok` (runs found), `missing` (no run yet), `unavailable` (cannot run here)."""
+
+    cell: Cell
+    status: str
+    aggregate: Aggregate | None
+    command: str | None
+    reason: str | None = None
+    config: dict[str, Any] | None = None
+
+    @property
+    def partial(self) -> bool:
+        """True when the pooled run covers fewer documents than the benchmark the paper ran."""
+        if self.aggregate is None or self.cell.published is None:
+            return False
+        size = BENCHMARK_SIZES.get(self.cell.published["task"])
+        return size is not None and self.aggregate.n_samples < size
+
+
+def cell_command(spec: TableSpec, cell: Cell) -> str:
+    """The runner command that fills this cell (quoted where the shell would split a value)."""
+    parts = [RUNNER_COMMAND, f"experiment={spec.preset}"]
+    for key, value in cell.overrides.items():
+        text = override_value(value)
+        parts.append(f"{key}={text}" if text.replace(".", "").replace("_", "").isalnum() else f"'{key}={text}'")
+    return " ".join(parts)
+
+
+def runner_refusal(config: dict[str, Any]) -> str | None:
+    """The runner's validation message for a config it would refuse, else None (reads no weights)."""
+    from dllm_bench.runner.validate import ConfigError, validate_config
+
+    try:
+        validate_config(config)
+    except ConfigError as err:
+        return f"the runner refuses this setting: {err}"
+    except Exception as err:  # e.g. a task module that is not implemented: report it, keep building
+        return f"the runner cannot check this setting ({type(err).__name__}: {err})"
+    return None
+
+
+def resolve_table(
+    spec: TableSpec,
+    runs: pd.DataFrame,
+    published: list[PublishedRow] | None = None,
+    conf_dir: Path = CONF_DIR,
+) -> list[CellResult]:
+    """Match each cell's composed config to runs.csv rows; never fills a cell from anything but its own runs."""
+    cells = table_cells(spec, published) if spec.paper else table_cells(spec)
+    runnable = [c for c in cells if c.unavailable is None]
+    configs: dict[int, dict[str, Any] | str] = {}
+    if runnable:
+        try:
+            composed = compose_configs([(spec.preset, c.overrides) for c in runnable], conf_dir)
+            configs = {id(c): cfg for c, cfg in zip(runnable, composed)}
+        except Exception as exc:  # a broken preset must not hide the published numbers
+            configs = {id(c): f"config does not compose: {exc}" for c in runnable}
+    results = []
+    for cell in cells:
+        if cell.unavailable is not None:
+            results.append(CellResult(cell, "unavailable", None, None, cell.unavailable))
+            continue
+        command = cell_command(spec, cell)
+        config = configs[id(cell)]
+        if isinstance(config, str):
+            results.append(CellResult(cell, "unavailable", None, command, config))
+            continue
+        refusal = runner_refusal(config)
+        if refusal is not None:
+            results.append(CellResult(cell, "unavailable", None, command, refusal, config))
+            continue
+        rows = matching_rows(runs, config)
+        if rows.empty:
+            reason = "needs a GPU (8B model)" if spec.needs_gpu else "not run yet"
+            results.append(CellResult(cell, "missing", None, command, reason, config))
+        else:
+            results.append(CellResult(cell, "ok", aggregate_runs(rows), command, None, config))
+    return results
+
+
+def reference_result(spec: TableSpec, result: CellResult, results: list[CellResult]) -> CellResult | None:
+    """The cell this cell's speedup is measured against (same row group, the table's reference method)."""
+    if not spec.speedup_ref:
+        return None
+    key = dict(zip(spec.row_fields, result.cell.row)) | dict(zip(spec.col_fields, result.cell.col))
+    target = key | spec.speedup_ref
+    for other in results:
+        other_key = dict(zip(spec.row_fields, other.cell.row)) | dict(zip(spec.col_fields, other.cell.col))
+        if other_key == target:
+            return other
+    return None
+
+
+def reproduced_value(spec: TableSpec, result: CellResult, results: list[CellResult], metric: str) -> float | None:
+    """Our number for one metric of a cell, or None when its run (or its speedup reference run) is missing."""
+    agg = result.aggregate
+    if agg is None:
+        return None
+    if metric == "speedup":
+        ref = reference_result(spec, result, results)
+        if ref is None or ref.aggregate is None or ref.aggregate.tokens_per_s <= 0:
+            return None
+        return agg.tokens_per_s / ref.aggregate.tokens_per_s
+    return float(getattr(agg, metric))

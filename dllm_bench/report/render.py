@@ -1,0 +1,220 @@
+"""Write a resolved table in the paper's layout: Markdown, LaTeX and a long CSV with every number behind it."""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from dllm_bench.report.build import CellResult, reproduced_value
+from dllm_bench.report.published import decimals
+from dllm_bench.report.tables import METRIC_LABELS, TableSpec
+
+DEFAULT_DECIMALS = {"accuracy": 1, "tokens_per_s": 1, "nfe": 0, "speedup": 2, "tokens_per_forward": 2, "nfe_mean": 1}
+LONG_COLUMNS = (
+    "table", "row", "column", "metric", "published", "reproduced", "delta", "ci_low", "ci_high", "spread_sd",
+    "n_samples", "n_repeats", "status", "run_ids", "reason", "command",
+)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One metric of one cell: the printed published text, our value and the pieces of its cell text."""
+
+    metric: str
+    published_text: str
+    published: float | None
+    reproduced: float | None
+    ndigits: int
+
+    @property
+    def delta(self) -> float | None:
+        if self.published is None or self.reproduced is None:
+            return None
+        return self.reproduced - self.published
+
+
+def _fmt(value: float, ndigits: int) -> str:
+    return f"{value:.{ndigits}f}"
+
+
+def _signed(value: float, ndigits: int) -> str:
+    text = f"{value:+.{ndigits}f}"
+    return "+" + text[1:] if float(text) == 0 else text
+
+
+def entry(spec: TableSpec, result: CellResult, results: list[CellResult], metric: str) -> Entry:
+    """Collect the published and reproduced numbers of one metric of a cell."""
+    row = result.cell.published
+    published_text = row[metric].strip() if row is not None and metric in row.text else ""
+    published = float(published_text) if published_text else None
+    ndigits = decimals(published_text) if published_text else DEFAULT_DECIMALS[metric]
+    return Entry(metric, published_text, published, reproduced_value(spec, result, results, metric), ndigits)
+
+
+def _ours_text(result: CellResult, e: Entry) -> str:
+    agg = result.aggregate
+    text = _fmt(e.reproduced, e.ndigits)
+    if e.metric == "accuracy" and agg is not None and not math.isnan(agg.accuracy_ci_low):
+        text += f" [{_fmt(agg.accuracy_ci_low, e.ndigits)}, {_fmt(agg.accuracy_ci_high, e.ndigits)}]"
+    if e.metric == "tokens_per_s" and agg is not None and not math.isnan(agg.tokens_per_s_sd):
+        text += f" ±{_fmt(agg.tokens_per_s_sd, e.ndigits)}"
+    if result.partial:
+        text += "†"
+    return text
+
+
+def cell_text(spec: TableSpec, result: CellResult, e: Entry, note: int | None) -> str:
+    """`published / reproduced (delta)`; a cell without a run says `missing [n]` or `n/a [n]`."""
+    mark = f" [{note}]" if note is not None else ""
+    if e.reproduced is not None:
+        ours = _ours_text(result, e)
+    elif result.status == "ok":  # the run exists but this metric needs another cell (speedup reference)
+        ours = "missing" + mark
+    else:
+        ours = ("missing" if result.status == "missing" else "n/a") + mark
+    if spec.paper is None:
+        return ours
+    published = e.published_text or "—"
+    delta = f" ({_signed(e.delta, e.ndigits)})" if e.delta is not None else ""
+    return f"{published} / {ours}{delta}"
+
+
+def _grid(results: list[CellResult]) -> tuple[list[tuple], list[tuple], dict]:
+    rows, cols, by_key = [], [], {}
+    for r in results:
+        if r.cell.row not in rows:
+            rows.append(r.cell.row)
+        if r.cell.col not in cols:
+            cols.append(r.cell.col)
+        by_key[(r.cell.row, r.cell.col)] = r
+    return rows, cols, by_key
+
+
+def _notes(results: list[CellResult]) -> dict[int, int]:
+    """Footnote number per cell needing one (missing run, unavailable, or a speedup whose reference is missing)."""
+    numbers: dict[int, int] = {}
+    for r in results:
+        if r.status != "ok" and id(r) not in numbers:
+            numbers[id(r)] = len(numbers) + 1
+    return numbers
+
+
+def _note_lines(results: list[CellResult], numbers: dict[int, int]) -> list[str]:
+    lines = []
+    for r in results:
+        if id(r) not in numbers:
+            continue
+        text = f"{numbers[id(r)]}. {r.reason}"
+        if r.command:
+            text += f": `{r.command}`"
+        lines.append(text)
+    return lines
+
+
+def _legend(spec: TableSpec) -> str:
+    if spec.paper is None:
+        return ("Each cell: our value (accuracy with its 95 % Wilson interval; ± = spread over repeats). "
+                "`missing [n]`: no run yet, note n gives the command.")
+    return ("Each cell: published / reproduced (reproduced − published). Reproduced accuracy carries its 95 % "
+            "Wilson interval; † = run on fewer documents than the paper; `missing [n]`: no run yet, note n gives "
+            "the command that fills it; `n/a [n]`: this harness cannot run it (note n says why); — = not printed.")
+
+
+def to_markdown(spec: TableSpec, results: list[CellResult]) -> str:
+    """The table in the paper's layout (rows x columns, one line per metric) with notes and assumptions."""
+    rows, cols, by_key = _grid(results)
+    numbers = _notes(results)
+    header = [spec.row_header, "Metric", *[spec.label_col(c) for c in cols]]
+    lines = [f"## {spec.title}", "", _legend(spec), "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        for i, metric in enumerate(spec.metrics):
+            texts = []
+            for col in cols:
+                r = by_key.get((row, col))
+                texts.append("" if r is None else cell_text(spec, r, entry(spec, r, results, metric), numbers.get(id(r))))
+            label = spec.label_row(row) if i == 0 else ""
+            lines.append("| " + " | ".join([label, METRIC_LABELS[metric], *texts]) + " |")
+    notes = _note_lines(results, numbers)
+    if notes:
+        lines += ["", "Notes:", "", *notes]
+    if any(r.partial for r in results):
+        lines += ["", "† fewer documents than the paper's benchmark run (see n_samples in the CSV)."]
+    assumptions = sorted({a for r in results for a in r.cell.assumptions})
+    if assumptions:
+        lines += ["", "Settings not stated in the paper (taken from the published code or defaults):", "",
+                  *[f"- {a}" for a in assumptions]]
+    n_ok = sum(r.status == "ok" for r in results)
+    lines += ["", f"Cells with runs: {n_ok} of {len(results)}.", ""]
+    return "\n".join(lines)
+
+
+_LATEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+
+
+def latex_escape(text: str) -> str:
+    """Escape LaTeX specials so any label or note prints literally."""
+    out = "".join(_LATEX_ESCAPES.get(ch, ch) for ch in text)
+    return out.replace("—", "--").replace("±", r"$\pm$").replace("†", r"$^\dagger$").replace("−", "-")
+
+
+def to_latex(spec: TableSpec, results: list[CellResult]) -> str:
+    """The same grid as a booktabs tabular; missing cells keep their note numbers."""
+    rows, cols, by_key = _grid(results)
+    numbers = _notes(results)
+    lines = [f"% {spec.title}", "% " + _legend(spec), r"\begin{tabular}{ll" + "l" * len(cols) + "}", r"\toprule",
+             " & ".join(latex_escape(x) for x in [spec.row_header, "Metric", *[spec.label_col(c) for c in cols]])
+             + r" \\", r"\midrule"]
+    for row in rows:
+        for i, metric in enumerate(spec.metrics):
+            texts = []
+            for col in cols:
+                r = by_key.get((row, col))
+                texts.append("" if r is None else cell_text(spec, r, entry(spec, r, results, metric), numbers.get(id(r))))
+            label = spec.label_row(row) if i == 0 else ""
+            lines.append(" & ".join(latex_escape(x) for x in [label, METRIC_LABELS[metric], *texts]) + r" \\")
+        lines.append(r"\midrule" if row != rows[-1] else r"\bottomrule")
+    lines.append(r"\end{tabular}")
+    lines += ["% " + latex_escape(n) for n in _note_lines(results, numbers)]
+    return "\n".join(lines) + "\n"
+
+
+def long_rows(spec: TableSpec, results: list[CellResult]) -> list[dict[str, object]]:
+    """One row per (cell, metric) with every number behind the printed text."""
+    out = []
+    for r in results:
+        agg = r.aggregate
+        for metric in spec.metrics:
+            e = entry(spec, r, results, metric)
+            ci = metric == "accuracy" and agg is not None
+            sd = (agg.accuracy_sd if metric == "accuracy" else agg.tokens_per_s_sd if metric == "tokens_per_s"
+                  else math.nan) if agg is not None else math.nan
+            out.append({
+                "table": spec.name, "row": spec.label_row(r.cell.row), "column": spec.label_col(r.cell.col),
+                "metric": metric, "published": e.published_text,
+                "reproduced": "" if e.reproduced is None else repr(e.reproduced),
+                "delta": "" if e.delta is None else repr(e.delta),
+                "ci_low": repr(agg.accuracy_ci_low) if ci else "", "ci_high": repr(agg.accuracy_ci_high) if ci else "",
+                "spread_sd": "" if math.isnan(sd) else repr(sd),
+                "n_samples": agg.n_samples if agg else "", "n_repeats": agg.n_repeats if agg else "",
+                "status": r.status, "run_ids": " ".join(agg.run_ids) if agg else "",
+                "reason": r.reason or "", "command": r.command or "",
+            })
+    return out
+
+
+def write_table(spec: TableSpec, results: list[CellResult], out_dir: Path | str) -> dict[str, Path]:
+    """Write `<name>.md`, `<name>.tex` and `<name>.csv` under out_dir; returns their paths."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"md": out_dir / f"{spec.name}.md", "tex": out_dir / f"{spec.name}.tex", "csv": out_dir / f"{spec.name}.csv"}
+    paths["md"].write_text(to_markdown(spec, results), encoding="utf-8")
+    paths["tex"].write_text(to_latex(spec, results), encoding="utf-8")
+    with paths["csv"].open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=LONG_COLUMNS)
+        writer.writeheader()
+        writer.writerows(long_rows(spec, results))
+    return paths

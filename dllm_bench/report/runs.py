@@ -1,0 +1,112 @@
+"""Find the runs.csv rows of a table cell: compose the cell's config as the runner would and match its values."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+from dllm_bench.runner.config import CONF_DIR, NON_OUTPUT_KEYS, PACKAGE_DIR, flatten, to_container
+
+# Not part of a setting's identity: bookkeeping keys, plus seed (pooled across repeats) and the device.
+NON_IDENTITY_KEYS = frozenset(NON_OUTPUT_KEYS) | {"seed", "model.device", "run_id"}
+
+
+def override_value(value: Any) -> str:
+    """A Python value as Hydra override text (None -> null, bools lower case)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def override_list(overrides: Mapping[str, Any]) -> list[str]:
+    """`key=value` strings in insertion order."""
+    return [f"{k}={override_value(v)}" for k, v in overrides.items()]
+
+
+def compose_configs(
+    requests: Iterable[tuple[str | None, Mapping[str, Any]]], conf_dir: Path = CONF_DIR
+) -> list[dict[str, Any]]:
+    """Resolved configs (plain nested dicts) the runner would get for each `experiment=<preset> <overrides>`.
+
+    One Hydra initialisation serves all requests (composing is cheap, initialising is not).
+    """
+    GlobalHydra.instance().clear()
+    out = []
+    try:
+        with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base=None):
+            for preset, overrides in requests:
+                items = ([f"experiment={preset}"] if preset else []) + override_list(overrides)
+                out.append(to_container(compose(config_name="config", overrides=items)))
+    finally:
+        GlobalHydra.instance().clear()
+    return out
+
+
+def compose_config(preset: str | None, overrides: Mapping[str, Any], conf_dir: Path = CONF_DIR) -> dict[str, Any]:
+    """The resolved config of one `experiment=<preset> <overrides>` (nested)."""
+    return compose_configs([(preset, overrides)], conf_dir)[0]
+
+
+def identity(flat_config: Mapping[str, Any]) -> dict[str, Any]:
+    """The config values that must agree for a run to count as this setting."""
+    return {k: v for k, v in flat_config.items() if k.split(".")[0] not in NON_IDENTITY_KEYS and k not in NON_IDENTITY_KEYS}
+
+
+def _package_neutral(text: str) -> str:
+    return text.replace(str(PACKAGE_DIR), "<dllm_bench>")
+
+
+def same_value(cell: str, expected: Any) -> bool:
+    """Whether a runs.csv text field holds the config value `expected` (numbers compared as numbers)."""
+    cell = "" if cell is None or (isinstance(cell, float) and math.isnan(cell)) else str(cell).strip()
+    if expected is None:
+        return cell in ("", "None", "null")
+    if isinstance(expected, bool):
+        return cell.lower() == str(expected).lower()
+    if isinstance(expected, (int, float)):
+        try:
+            return math.isclose(float(cell), float(expected), rel_tol=1e-9, abs_tol=1e-12)
+        except ValueError:
+            return False
+    return _package_neutral(cell) == _package_neutral(str(expected))
+
+
+def read_runs(paths: Iterable[Path | str]) -> pd.DataFrame:
+    """Concatenate runs.csv files as text (values compared exactly); `source` names each row's file."""
+    frames = []
+    for path in paths:
+        path = Path(path)
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+        frame["source"] = str(path)
+        frames.append(frame)
+    if not frames:
+        return pd.DataFrame()
+    return pd.concat(frames, ignore_index=True, sort=False).fillna("")
+
+
+def find_runs_csv(results_dir: Path | str) -> list[Path]:
+    """Every `<results_dir>/<name>/runs.csv` (one level deep, as the runner writes them)."""
+    root = Path(results_dir)
+    return sorted(root.glob("*/runs.csv")) if root.is_dir() else []
+
+
+def matching_rows(runs: pd.DataFrame, config: Mapping[str, Any]) -> pd.DataFrame:
+    """Rows whose every identity value equals the cell's; keys absent from runs.csv are not compared."""
+    if runs.empty:
+        return runs
+    mask = pd.Series(True, index=runs.index)
+    for key, expected in identity(flatten(dict(config))).items():
+        if key not in runs.columns:
+            continue
+        mask &= runs[key].map(lambda cell, e=expected: same_value(cell, e))
+        if not mask.any():
+            break
+    return runs[mask]

@@ -1,0 +1,152 @@
+"""Bind a validated run config to the decoding engine: load the model once, map config keys to builders."""
+
+from __future__ import annotations
+
+import dataclasses
+import platform
+from typing import Any
+
+import torch
+
+from dllm_bench.decoding import build_cache, build_policy, build_selector, check_combination, generate
+from dllm_bench.models import load_model
+from dllm_bench.runner.execute import Engine, Generation
+from dllm_bench.runner.sharding import DistContext
+
+# One process often runs many configs on the same weights (in-process multirun, make demo).
+_MODELS: dict[tuple[str, str | None, str], Any] = {}
+
+
+
+def resolve_device(requested: str | None, ctx: DistContext) -> str:
+    """Device string: `cuda:<local rank>` for data-parallel GPU runs, else the config's (or the default)."""
+    if requested in (None, "cuda") and torch.cuda.is_available():
+        return f"cuda:{ctx.local_rank}" if ctx.world_size > 1 else "cuda"
+    return requested or "cpu"
+
+
+def load_cached_model(name_or_path: str, dtype: str | None, device: str) -> Any:
+    """`load_model` memoised per (path, dtype, device)."""
+    key = (name_or_path, dtype, device)
+    if key not in _MODELS:
+        _MODELS[key] = load_model(name_or_path, dtype=dtype, device=device)
+    return _MODELS[key]
+
+
+def device_name(device: str) -> str:
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return torch.cuda.get_device_name(dev)
+    return f"{dev.type} ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def build_components(c: dict[str, Any], flavour: str) -> tuple[Any, Any, Any, str | None]:
+    """(policy, selector, cache, confidence measure) for a validated config (docs/runner.md -> docs/decoding.md)."""
+    sel, cache_cfg, compat = c["selector"], c["cache"], c.get("compat") or {}
+    name = sel["name"]
+    measure = None
+    if name == "slowfast":
+        preset = "dream" if flavour == "dream" else sel.get("preset", "code")
+        overrides = {"explore_steps": sel["explore_steps"], "tau_min": sel["tau_min"],
+                     "stability_window": sel["window"], "stability_threshold": sel["std_threshold"],
+                     "tau_high": sel["tau_high"], "truncate_fast": bool(compat.get("slowfast_truncate", False))}
+        policy, selector = build_policy("slowfast", preset=preset, **overrides), None
+    elif name == "dream":
+        policy, selector = build_policy("dream", steps=c["steps"], alg=sel["alg"]), None
+    else:
+        policy = build_policy("blocks", steps=c["steps"] if name == "topk" else None)
+        params: dict[str, Any] = {}
+        if name == "threshold":
+            params = {"tau": float(sel["tau"])}
+        elif name == "factor":
+            params = {"f": float(sel["f"]), "compat": compat.get("factor_rule", "paper") == "code"}
+        elif name == "frechet":
+            params = {"delta": float(sel["delta"])}
+        elif name == "topk" and sel.get("remasking") == "random":
+            measure = "random"
+        selector = build_selector(name, **params)
+    kind = cache_cfg["name"]
+    if kind in ("prefix", "dual"):
+        cache = build_cache(kind, refresh_every=cache_cfg.get("refresh_interval"),
+                            compat_first_token=bool(compat.get("dream_cache_force_first", False)))
+    elif kind == "dllm_cache":
+        cache = build_cache("dllm", prompt_interval=max(1, int(cache_cfg["prompt_interval"])),
+                            response_interval=max(1, int(cache_cfg["response_interval"])),
+                            verify_ratio=float(cache_cfg["verify_ratio"]))
+    else:
+        cache = build_cache("none")
+    check_combination(policy, selector, cache, gen_length=c["gen_length"], block_length=c["block_length"],
+                      cfg_scale=float(c.get("cfg_scale", 0.0)))
+    return policy, selector, cache, measure
+
+
+def _trace_dict(trace: list[Any] | None) -> dict[str, Any] | None:
+    return None if trace is None else {"steps": [dataclasses.asdict(s) for s in trace]}
+
+
+class DecodingEngine(Engine):
+    """`dllm_bench.decoding.generate` on a loaded model, with left-padded batches and per-row seeds."""
+
+    def __init__(self, c: dict[str, Any], ctx: DistContext):
+        m = c["model"]
+        self.device = resolve_device(m.get("device"), ctx)
+        self.model = load_cached_model(str(m["name_or_path"]), m.get("dtype"), self.device)
+        self.tokenizer = self.model.tokenizer
+        self.config = self.model.config
+        self.stop_token_ids = tuple(self.config.stop_token_ids)
+        self.device_name = device_name(self.device)
+        self.c = c
+        self.policy, self.selector, self.cache, self.measure = build_components(c, self.config.flavour)
+        self.sequential = None
+        if c["selector"]["name"] == "oracle":
+            steps = c["gen_length"]
+            self.sequential = (build_policy("blocks", steps=steps), build_selector("topk"), build_cache("none"))
+
+    def encode(self, prompts: list[str], chat: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Left-padded ids and attention mask [B, P]; chat-templated text already holds its special tokens."""
+        rows = [self.tokenizer.encode(p, add_special_tokens=not chat) for p in prompts]
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), int(self.config.pad_token_id), dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            if r:
+                ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
+                mask[i, width - len(r):] = 1
+        return ids.to(self.device), mask.to(self.device)
+
+    def _common(self, seeds: list[int]) -> dict[str, Any]:
+        c = self.c
+        return dict(gen_length=int(c["gen_length"]), block_length=int(c["block_length"]),
+                    confidence_precision=c.get("confidence_precision", "float64"),
+                    temperature=float(c.get("temperature", 0.0)), cfg_scale=float(c.get("cfg_scale", 0.0)),
+                    forbidden_token_ids=tuple(c["model"].get("forbidden_token_ids") or ()),
+                    early_stop=bool(c.get("early_stop", False)), seed=seeds)
+
+    def prepare(self, prompts: list[str], docs: list[dict], seeds: list[int]) -> dict[str, Any]:
+        """Untimed per-batch inputs: the oracle's reference is the sequential (one token per step) decode."""
+        if self.sequential is None:
+            return {}
+        ids, mask = self.encode(prompts, bool(self.c["model"]["chat"]))
+        policy, selector, cache = self.sequential
+        with torch.inference_mode():
+            ref = generate(self.model, ids, mask, policy=policy, selector=selector, cache=cache,
+                           **self._common(seeds))
+        return {"reference": ref.tokens}
+
+    def generate(self, prompts: list[str], docs: list[dict], seeds: list[int], stop_strings: tuple[str, ...],
+                 **extra: Any) -> list[Generation]:
+        ids, mask = self.encode(prompts, bool(self.c["model"]["chat"]))
+        with torch.inference_mode():
+            out = generate(self.model, ids, mask, policy=self.policy, selector=self.selector, cache=self.cache,
+                           confidence=self.measure, trace=bool(self.c.get("trace", False)),
+                           tokenizer=self.tokenizer, stop_strings=list(stop_strings), **self._common(seeds),
+                           **extra)
+        tokens = out.tokens.tolist()
+        return [Generation(ids=tokens[i], nfe=r.nfe, steps=r.steps, token_counts=dict(r.token_counts),
+                           decode_time_s=r.wall_time_s, forward_positions=r.forward_positions,
+                           trace=_trace_dict(r.trace))
+                for i, r in enumerate(out.records)]
+
+
+def build_engine(c: dict[str, Any], ctx: DistContext) -> DecodingEngine:
+    return DecodingEngine(c, ctx)

@@ -1,0 +1,88 @@
+"""MBPP test split (task_id 11-510) with lm-eval's 3-shot `[BEGIN] ... [DONE]` prompt; pass@1 by execution."""
+
+from __future__ import annotations
+
+from dllm_bench.tasks.base import Score, Task
+from dllm_bench.tasks.code_extract import cut_at_stops, fenced_blocks
+from dllm_bench.tasks.data import load_rows
+from dllm_bench.tasks.sandbox import execute
+
+FIELDS = ("task_id", "text", "code", "test_list")
+TEST_IDS = range(11, 511)
+
+# lm-eval mbpp utils.list_fewshot_samples: MBPP prompt split rows 2, 3, 4.
+FEWSHOT = (
+    ("Write a function to find the similar elements from the given two tuple lists.",
+     "def similar_elements(test_tup1, test_tup2):\r\n  res = tuple(set(test_tup1) & set(test_tup2))\r\n  return (res) ",
+     ("assert similar_elements((3, 4, 5, 6),(5, 7, 4, 10)) == (4, 5)",
+      "assert similar_elements((1, 2, 3, 4),(5, 4, 3, 7)) == (3, 4)",
+      "assert similar_elements((11, 12, 14, 13),(17, 15, 14, 13)) == (13, 14)")),
+    ("Write a python function to identify non-prime numbers.",
+     "import math\r\ndef is_not_prime(n):\r\n    result = False\r\n    for i in range(2,int(math.sqrt(n)) + 1):\r\n"
+     "        if n % i == 0:\r\n            result = True\r\n    return result",
+     ("assert is_not_prime(2) == False", "assert is_not_prime(10) == True", "assert is_not_prime(35) == True")),
+    ("Write a function to find the largest integers from a given list of numbers using heap queue algorithm.",
+     "import heapq as hq\r\ndef heap_queue_largest(nums,n):\r\n  largest_nums = hq.nlargest(n, nums)\r\n  return largest_nums",
+     ("assert heap_queue_largest( [25, 35, 22, 85, 14, 65, 75, 22, 58],3)==[85, 75, 65] ",
+      "assert heap_queue_largest( [25, 35, 22, 85, 14, 65, 75, 22, 58],2)==[85, 75] ",
+      "assert heap_queue_largest( [25, 35, 22, 85, 14, 65, 75, 22, 58],5)==[85, 75, 65, 58, 35]")),
+)
+
+
+def render_question(text: str, tests: list[str] | tuple[str, ...]) -> str:
+    """lm-eval mbpp doc_to_text (the first three asserts are shown)."""
+    return (f"You are an expert Python programmer, and here is your task: {text} Your code should pass these tests:"
+            f"\n\n{tests[0]}\n{tests[1]}\n{tests[2]}\n[BEGIN]\n")
+
+
+class MBPP(Task):
+    """lm-eval `mbpp`: 3 fixed shots, stop at '[DONE]', pass@1 = the row's asserts run to the end."""
+
+    name = "mbpp"
+    default_num_fewshot = 3
+    stop_strings = ("[DONE]",)
+
+    def __init__(self, *, timeout_s: float = 10.0, **cfg) -> None:
+        super().__init__(**cfg)
+        if self.num_fewshot > len(FEWSHOT):
+            raise ValueError(f"num_fewshot={self.num_fewshot}: mbpp has {len(FEWSHOT)} fixed shots")
+        self.timeout_s = timeout_s
+
+    def load_all_docs(self) -> list[dict]:
+        rows, source = load_rows(
+            data_files=self.config.data_files, data_dir=self.config.data_dir, default_names=("mbpp.jsonl",),
+            hub_path="google-research-datasets/mbpp", hub_name="full", hub_split="test", required=FIELDS,
+        )
+        docs = []
+        for i, r in enumerate(rows):
+            if int(r["task_id"]) not in TEST_IDS:
+                continue  # the full file also holds the prompt/validation/train splits
+            if len(r["test_list"]) < 3:
+                raise ValueError(f"{source}: row {i} field 'test_list' has {len(r['test_list'])} asserts, need 3")
+            docs.append({
+                "sample_id": f"mbpp/{r['task_id']}", "doc_index": len(docs), "task_id": int(r["task_id"]),
+                "text": r["text"], "code": r["code"], "test_list": list(r["test_list"]),
+                "test_setup_code": r.get("test_setup_code") or "",
+            })
+        return docs
+
+    def prompt(self, doc: dict, chat: bool = False) -> str:
+        shots = "".join(f"{render_question(t, tests)}{code}\n[DONE]\n\n" for t, code, tests in FEWSHOT[: self.num_fewshot])
+        return shots + render_question(doc["text"], doc["test_list"])
+
+    def extract(self, completion: str, doc: dict) -> str:
+        """The code: cut at '[DONE]', then the first fenced block if the model used one."""
+        text = cut_at_stops(completion, self.stop_strings)
+        blocks = fenced_blocks(text)
+        code = blocks[0] if blocks else text
+        return code.replace("[BEGIN]", "")
+
+    def program(self, code: str, doc: dict) -> str:
+        """Solution, the row's setup code, and its asserts."""
+        return "\n".join([code, doc["test_setup_code"], *doc["test_list"]]) + "\n"
+
+    def score(self, completion: str, doc: dict) -> Score:
+        code = self.extract(completion, doc)
+        result = execute(self.program(code, doc), self.timeout_s)
+        return Score(correct=result.passed, extracted=code, gold=doc["code"],
+                     details={"status": result.status, "reason": result.reason})

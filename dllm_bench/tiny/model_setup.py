@@ -1,0 +1,48 @@
+"""Build the tiny models' tokenizer, network and checkpoint in the real LLaDA / Dream formats."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from dllm_bench.models import DiffusionLM, ModelConfig
+from dllm_bench.models.tiny_format import DEFAULT_CHARS, build_char_tokenizer, hf_config_for, save_checkpoint
+
+EOT_TOKEN = {"llada": "<|eot_id|>", "dream": "<|im_end|>"}
+TINY_ROPE_THETA = 10000.0  # sequences are < 128 tokens; LLaDA's 500000 would waste most rotary frequencies
+TINY_MAX_SEQUENCE_LENGTH = 256
+
+
+def build_tiny_tokenizer(flavour: str) -> Any:
+    """Character-level tokenizer over printable ASCII with the flavour's special tokens and chat template."""
+    return build_char_tokenizer(DEFAULT_CHARS, flavour)
+
+
+def build_tiny_model(
+    flavour: str, tokenizer: Any, *, d_model: int, n_layers: int, n_heads: int, mlp_hidden_size: int
+) -> DiffusionLM:
+    """A fresh network whose config (``model.config.raw``) is the real schema's config.json for the flavour.
+
+    Dream gets grouped-query attention (half as many K/V heads) and q/k/v biases, as Dream-7B has.
+    """
+    n_kv_heads = n_heads if flavour == "llada" else max(1, n_heads // 2)
+    hf = hf_config_for(
+        flavour, tokenizer, d_model=d_model, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads,
+        mlp_hidden_size=mlp_hidden_size, rope_theta=TINY_ROPE_THETA,
+        max_sequence_length=TINY_MAX_SEQUENCE_LENGTH, instruct=True,
+    )
+    hf["_name_or_path"] = f"dllm-bench/tiny_{flavour}"
+    config = ModelConfig.from_hf_config(hf, name_or_path=hf["_name_or_path"])
+    config.eot_token_id = tokenizer.convert_tokens_to_ids(EOT_TOKEN[flavour])
+    config.bos_token_id = tokenizer.bos_token_id
+    model = DiffusionLM(config)
+    model.tokenizer = tokenizer
+    return model
+
+
+def save_tiny_checkpoint(model: DiffusionLM, tokenizer: Any, directory: Path, train_log: dict) -> Path:
+    """config.json, model.safetensors, tokenizer files, and train_log.json (the loss curve) in `directory`."""
+    out = save_checkpoint(model, tokenizer, directory, model.config.raw)
+    (Path(directory) / "train_log.json").write_text(json.dumps(train_log, indent=1) + "\n")
+    return out

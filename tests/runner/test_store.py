@@ -1,0 +1,86 @@
+"""Results store: torn tails discarded, shards merged once in document order, runs.csv upserted."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+from dllm_bench.runner.config import compute_run_id, flatten
+from dllm_bench.runner.store import ResultsStore, read_jsonl
+from dllm_bench.runner.summary import summarise, wilson_interval
+
+
+def row(i: int, correct: bool = True, rank: int = 0) -> dict:
+    return {"sample_id": f"s{i}", "doc_index": i, "correct": correct, "nfe": 4 + i, "steps": 4,
+            "tokens_cut": 10, "tokens_nonstop": 12, "tokens_all": 24, "wall_time_s": 0.5, "latency_s": 1.0,
+            "rank": rank}
+
+
+def test_torn_last_line_is_ignored_and_repaired(tmp_path):
+    store = ResultsStore(tmp_path, "exp", "run")
+    store.append_samples([row(0), row(1)])
+    with open(store.samples_path, "a") as f:
+        f.write('{"sample_id": "s2", "doc_ind')  # a write cut by SIGKILL
+    assert store.finished_ids() == {"s0", "s1"}
+    again = ResultsStore(tmp_path, "exp", "run")
+    again.append_samples([row(2)])
+    assert [r["sample_id"] for r in read_jsonl(again.samples_path)] == ["s0", "s1", "s2"]
+
+
+def test_merge_folds_rank_files_in_document_order_without_duplicates(tmp_path):
+    r0 = ResultsStore(tmp_path, "exp", "run", rank=0, world_size=2)
+    r1 = ResultsStore(tmp_path, "exp", "run", rank=1, world_size=2)
+    r0.append_samples([row(0), row(2), row(4)])
+    r1.append_samples([row(1), row(3), row(2)])
+    assert r0.finished_ids() == {f"s{i}" for i in range(5)}
+    merged = r0.merge()
+    assert [r["sample_id"] for r in merged] == [f"s{i}" for i in range(5)]
+    assert sorted(p.name for p in r0.run_dir.iterdir()) == ["samples.jsonl"]
+    assert [r["sample_id"] for r in read_jsonl(r0.samples_path)] == [f"s{i}" for i in range(5)]
+
+
+def test_runs_csv_upsert_replaces_same_run_and_unions_columns(tmp_path):
+    a = ResultsStore(tmp_path, "exp", "run-a")
+    b = ResultsStore(tmp_path, "exp", "run-b")
+    a.upsert_runs_csv({"run_id": "run-a", "selector.tau": 0.9, "accuracy": 0.5})
+    b.upsert_runs_csv({"run_id": "run-b", "selector.delta": 0.2, "accuracy": 0.7})
+    a.upsert_runs_csv({"run_id": "run-a", "selector.tau": 0.9, "accuracy": 0.6})
+    with open(a.runs_csv) as f:
+        rows = list(csv.DictReader(f))
+    assert [r["run_id"] for r in rows] == ["run-b", "run-a"]
+    assert rows[1]["accuracy"] == "0.6" and rows[1]["selector.delta"] == ""
+    assert set(rows[0]) == {"run_id", "selector.tau", "selector.delta", "accuracy"}
+
+
+def test_wilson_interval_known_values():
+    low, high = wilson_interval(8, 10)
+    assert math.isclose(low, 0.4901624, abs_tol=1e-6) and math.isclose(high, 0.9433178, abs_tol=1e-6)
+    assert wilson_interval(0, 5)[0] == 0.0 and wilson_interval(5, 5)[1] == 1.0
+
+
+def test_summary_counts_by_rule():
+    rows = [row(0, True), row(1, False), row(2, True), row(3, True)]
+    s = summarise(rows, "cut")
+    assert s["n_samples"] == 4 and s["n_correct"] == 3 and s["accuracy"] == 0.75
+    assert s["nfe_total"] == 4 + 5 + 6 + 7 and s["tokens_total"] == 40
+    assert math.isclose(s["tokens_per_forward"], 40 / 22) and math.isclose(s["tokens_per_s"], 40 / 2.0)
+    assert summarise(rows, "all")["tokens_total"] == 96
+    assert summarise(list(reversed(rows)), "cut") == s
+
+
+def test_run_id_ignores_bookkeeping_keys_only():
+    base = {"name": "a", "output_dir": "x", "limit": 5, "offset": 0, "progress": True, "trace": False,
+            "warmup": 1, "gen_length": 24, "selector": {"name": "frechet", "delta": 0.2},
+            "cache": {"name": "dual"}, "model": {"device": "cuda:0"}}
+    same = {**base, "name": "b", "output_dir": "y", "limit": None, "offset": 3, "progress": False,
+            "trace": True, "warmup": 0, "model": {"device": "cuda:3"}}
+    assert compute_run_id(base) == compute_run_id(same)
+    assert compute_run_id(base).startswith("frechet-dual-")
+    assert compute_run_id(base) != compute_run_id({**base, "selector": {"name": "frechet", "delta": 0.3}})
+    assert compute_run_id(base) != compute_run_id({**base, "gen_length": 32})
+    assert compute_run_id(base) != compute_run_id({**base, "model": {"device": "cpu"}})
+
+
+def test_flatten_dotted_keys():
+    assert flatten({"a": 1, "b": {"c": 2, "d": {"e": [1, 2]}}}) == {"a": 1, "b.c": 2, "b.d.e": json.dumps([1, 2])}
