@@ -8,7 +8,7 @@ import sys
 import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from dllm_bench.runner.config import register_resolvers
+from dllm_bench.runner.config import CONF_DIR, register_resolvers
 from dllm_bench.runner.validate import ConfigError
 
 log = logging.getLogger("dllm_bench.run")
@@ -30,7 +30,7 @@ def resolve_per_job_device(cfg: DictConfig) -> None:
         cfg.model.device = f"cuda:{int(num or 0) % count}"
 
 
-@hydra.main(config_path="../conf", config_name="config", version_base="1.3")
+@hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def app(cfg: DictConfig) -> dict | None:
     """Validate, run or resume, and print the run's summary line."""
     from dllm_bench.runner.execute import execute

@@ -45,6 +45,8 @@ from .network import DiffusionLM
 IMAGE_TOKEN = "<image>"  # the placeholder text in prompts, as in LLaVA
 IMAGE_PLACEHOLDER_ID = -200  # LLaVA's IMAGE_TOKEN_INDEX: where one image goes in a prompt's token ids
 MODEL_TYPE = "llava_llada"
+# Never committed at masked positions in the Fast-dLLM++ LLaDA-V runs: ids 126080, 126081, 126346, 126347
+FORBIDDEN_TOKENS = ("<|startoftext|>", "<|endoftext|>", "<|start_header_id|>", "<|end_header_id|>")
 
 # SigLIP so400m-patch14-384 (google/siglip-so400m-patch14-384, and siglip2 of the same name), as LLaVA-OneVision's
 # SigLipVisionTower hard-codes it; a checkpoint's ``vision_config`` overrides these keys.
@@ -123,6 +125,29 @@ def language_config(raw: dict[str, Any], name_or_path: str = "") -> ModelConfig:
         cfg.pop("bos_token_id")
     cfg.setdefault("dllm_bench_instruct", True)  # LLaDA-V is instruction-tuned: prompts use the chat template
     return ModelConfig.from_hf_config(cfg, name_or_path=name_or_path)
+
+
+def forbidden_token_ids(tokenizer: Any) -> tuple[int, ...]:
+    """Ids of :data:`FORBIDDEN_TOKENS` in this tokenizer (126080, 126081, 126346, 126347 for LLaDA's)."""
+    ids = []
+    for tok in FORBIDDEN_TOKENS:
+        i = tokenizer.convert_tokens_to_ids(tok)
+        if not isinstance(i, int) or i == tokenizer.unk_token_id:
+            raise ValueError(f"token {tok!r} is not in the tokenizer's vocabulary; LLaDA-V needs {FORBIDDEN_TOKENS}")
+        ids.append(i)
+    return tuple(ids)
+
+
+def add_image_placeholders(text: str, n_images: int) -> str:
+    """``<image>`` placeholders before the text, as LLaVA's evaluation adds them when a prompt has none.
+
+    n placeholders joined by spaces, then a newline; a text that already holds ``<image>`` is kept as is.
+    """
+    if n_images < 0:
+        raise ValueError(f"n_images={n_images}: expected >= 0")
+    if n_images == 0 or IMAGE_TOKEN in text:
+        return text
+    return " ".join([IMAGE_TOKEN] * n_images) + "\n" + text
 
 
 class SiglipTower(nn.Module):

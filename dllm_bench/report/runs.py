@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -10,9 +11,11 @@ from typing import Any
 import pandas as pd
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
 
 from dllm_bench.runner.config import CONF_DIR, NON_OUTPUT_KEYS, PACKAGE_DIR, flatten, to_container
 
+_ABSENT = object()
 # Not part of a setting's identity: bookkeeping keys, plus seed (pooled across repeats) and the device.
 NON_IDENTITY_KEYS = frozenset(NON_OUTPUT_KEYS) | {"seed", "model.device", "run_id"}
 
@@ -36,17 +39,36 @@ def compose_configs(
 ) -> list[dict[str, Any]]:
     """Resolved configs (plain nested dicts) the runner would get for each `experiment=<preset> <overrides>`.
 
-    One Hydra initialisation serves all requests (composing is cheap, initialising is not).
+    Hydra composes each distinct (preset, group choices) once; value overrides are then set on a copy, which
+    is what Hydra does with `key=value` after composing (composing is slow, setting a value is not).
     """
+    conf_dir = Path(conf_dir).resolve()
+    requests = list(requests)
+    groups = {p.name for p in conf_dir.iterdir() if p.is_dir()}
+    split = []
+    for preset, overrides in requests:
+        choices = tuple((k, v) for k, v in overrides.items() if k in groups)
+        values = {k: v for k, v in overrides.items() if k not in groups}
+        split.append((preset, choices, values))
+    composed: dict[tuple, Any] = {}
     GlobalHydra.instance().clear()
-    out = []
     try:
-        with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base=None):
-            for preset, overrides in requests:
-                items = ([f"experiment={preset}"] if preset else []) + override_list(overrides)
-                out.append(to_container(compose(config_name="config", overrides=items)))
+        with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
+            for preset, choices, _ in split:
+                if (preset, choices) not in composed:
+                    items = ([f"experiment={preset}"] if preset else []) + override_list(dict(choices))
+                    composed[(preset, choices)] = compose(config_name="config", overrides=items)
     finally:
         GlobalHydra.instance().clear()
+    out = []
+    for preset, choices, values in split:
+        cfg = copy.deepcopy(composed[(preset, choices)])
+        for key, value in values.items():
+            if OmegaConf.select(cfg, key, default=_ABSENT) is _ABSENT:
+                raise ValueError(f"override {key}={override_value(value)}: no such key in the composed config "
+                                 f"(experiment={preset}); check conf/ for the key's name")
+            OmegaConf.update(cfg, key, value, merge=False)
+        out.append(to_container(cfg))
     return out
 
 

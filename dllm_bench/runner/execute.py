@@ -180,6 +180,8 @@ def execute(cfg: DictConfig | dict[str, Any], engine_factory: EngineFactory | No
              len(selected) - len(todo), len(mine), ctx.rank, ctx.world_size)
     device_name = "none (nothing to decode)"
     if mine:
+        if c.get("num_threads"):
+            torch.set_num_threads(int(c["num_threads"]))
         engine = (engine_factory or default_engine_factory)(c, ctx)
         device_name = engine.device_name
         _decode_shard(engine, task, all_docs, mine, c, store, ctx, len(selected) - len(todo), len(selected))

@@ -202,6 +202,8 @@ def _validate_top_level(c: dict[str, Any]) -> None:
     _integer("batch_size", c.get("batch_size"), 1)
     _integer("offset", c.get("offset", 0), 0)
     _integer("warmup", c.get("warmup", 0), 0)
+    if c.get("num_threads") is not None:
+        _integer("num_threads", c["num_threads"], 1)
     if c.get("limit") is not None:
         _integer("limit", c["limit"], 0)
     if _number("temperature", c.get("temperature")) < 0:

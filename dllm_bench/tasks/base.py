@@ -101,5 +101,11 @@ class Task:
         """Extract and compare with the gold answer."""
         raise NotImplementedError
 
+    def score_many(self, completions: list[str], docs: list[dict], workers: int | None = None) -> list[Score]:
+        """`score` over many samples (code tasks run their programs in parallel)."""
+        if len(completions) != len(docs):
+            raise ValueError(f"{len(completions)} completions for {len(docs)} docs")
+        return [self.score(c, d) for c, d in zip(completions, docs)]
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, num_fewshot={self.num_fewshot}, {self.config})"

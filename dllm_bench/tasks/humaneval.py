@@ -7,7 +7,7 @@ from pathlib import Path
 from dllm_bench.tasks.base import Score, Task
 from dllm_bench.tasks.code_extract import cut_at_stops, defines, fenced_blocks, sanitize
 from dllm_bench.tasks.data import check_fields, read_rows, resolve_local
-from dllm_bench.tasks.sandbox import execute
+from dllm_bench.tasks.sandbox import ExecResult, execute, execute_many
 
 FIELDS = ("task_id", "prompt", "entry_point", "canonical_solution", "test")
 
@@ -67,6 +67,16 @@ class HumanEval(Task):
 
     def score(self, completion: str, doc: dict) -> Score:
         code = self.extract(completion, doc)
-        result = execute(self.program(code, doc), self.timeout_s)
+        return self._verdict(code, doc, execute(self.program(code, doc), self.timeout_s))
+
+    def score_many(self, completions: list[str], docs: list[dict], workers: int | None = None) -> list[Score]:
+        """Programs run `workers` at a time, each in its own sandboxed process."""
+        if len(completions) != len(docs):
+            raise ValueError(f"{len(completions)} completions for {len(docs)} docs")
+        codes = [self.extract(c, d) for c, d in zip(completions, docs)]
+        results = execute_many([self.program(c, d) for c, d in zip(codes, docs)], self.timeout_s, workers)
+        return [self._verdict(c, d, r) for c, d, r in zip(codes, docs, results)]
+
+    def _verdict(self, code: str, doc: dict, result: ExecResult) -> Score:
         return Score(correct=result.passed, extracted=code, gold=doc["canonical_solution"],
                      details={"status": result.status, "reason": result.reason})

@@ -114,6 +114,7 @@ class Limits:
     memory_mb: int = 2048
     file_mb: int = 16
     processes: int = 64
+    site_packages: bool = False  # False: stdlib only (`python -S`), which starts ~3x faster
 
 
 @lru_cache(maxsize=1)
@@ -193,7 +194,7 @@ def execute(program: str, timeout_s: float = 10.0, limits: Limits | None = None)
     out_path, err_path = root / "stdout", root / "stderr"
     env = {"PATH": "/usr/bin:/bin", "HOME": str(workdir), "TMPDIR": str(workdir), "LANG": "C.UTF-8"}
     cmd = [
-        *prefix, sys.executable, "-I", "-c", _BOOTSTRAP, str(program_file), str(workdir),
+        *prefix, sys.executable, "-I", *(() if limits.site_packages else ("-S",)), "-c", _BOOTSTRAP, str(program_file), str(workdir),
         str(limits.memory_mb), str(int(timeout_s) + 1), str(limits.file_mb), str(limits.processes),
         "1" if prefix else "0", "1" if _nobody_can_run_python() else "0",
     ]

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
-from PIL import Image
+from llada_v_images import write_png
 
 from dllm_bench.models import load_model
 from dllm_bench.models.llada_v import LLaDAV, make_random_llada_v_checkpoint
@@ -23,16 +22,6 @@ def tiny_llada_v(tiny_llada_v_dir: Path) -> LLaDAV:
     model = load_model(tiny_llada_v_dir, dtype="float32", device="cpu")
     assert isinstance(model, LLaDAV)
     return model
-
-
-def write_png(path: Path, width: int, height: int, seed: int) -> Path:
-    """A random-noise RGB PNG of the given size (smooth gradient + noise, so tiles differ)."""
-    rng = np.random.default_rng(seed)
-    yy, xx = np.mgrid[0:height, 0:width]
-    base = np.stack([xx * 255 // max(width - 1, 1), yy * 255 // max(height - 1, 1), (xx + yy) % 256], axis=-1)
-    noise = rng.integers(0, 64, size=(height, width, 3))
-    Image.fromarray(((base + noise) % 256).astype(np.uint8)).save(path, format="PNG")
-    return path
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,13 @@ from PIL import Image
 from safetensors.torch import load_file, save_file
 
 from dllm_bench.models import CheckpointError, load_model
-from dllm_bench.models.llada_v import IMAGE_PLACEHOLDER_ID, LLaDAV, SiglipTower, VisionSettings, language_config
+from dllm_bench.models.llada_v import (
+    IMAGE_PLACEHOLDER_ID,
+    LLaDAV,
+    SiglipTower,
+    VisionSettings,
+    language_config,
+)
 
 REF = Path(__file__).parent.parent / "fixtures" / "reference_configs" / "llada-v-language-model"
 # LLaVA-OneVision keys with LLaDA-V's published values (ML-GSAI/LLaDA-V train/scripts/llada_v_sft.sh)

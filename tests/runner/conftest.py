@@ -20,7 +20,7 @@ def compose_config(*overrides: str) -> DictConfig:
 
 
 @pytest.fixture()
-def compose():
+def compose_cfg():
     """`compose(*overrides)` -> the composed DictConfig."""
     return compose_config
 
@@ -28,4 +28,5 @@ def compose():
 @pytest.fixture()
 def llada_overrides(tiny_llada_dir: Path, tmp_path: Path) -> list[str]:
     """Overrides for a random tiny LLaDA on sudoku, results under tmp_path."""
-    return [f"model.name_or_path={tiny_llada_dir}", f"output_dir={tmp_path / 'results'}", "progress=false"]
+    return [f"model.name_or_path={tiny_llada_dir}", f"output_dir={tmp_path / 'results'}", "progress=false",
+            "num_threads=1"]

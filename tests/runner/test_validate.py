@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 from hydra.errors import MissingConfigException
 
-from dllm_bench.runner.validate import ConfigError, validate_config
-
 from dllm_bench.runner.config import CONF_DIR
+from dllm_bench.runner.validate import ConfigError, validate_config
 
 
 def compose_config(*overrides: str):

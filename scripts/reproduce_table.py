@@ -1,0 +1,115 @@
+"""Build the papers' tables (published / reproduced / delta) and run the missing cells this machine can run.
+
+    python scripts/reproduce_table.py --all                 # every table; tiny cells run on CPU
+    python scripts/reproduce_table.py --table fast_dllm_pp_t1 --dry-run   # print the commands only
+    python scripts/reproduce_table.py --all --no-run        # build from the runs already on disk
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+# Building a table never downloads: config checks must not wait on the hub. Runs get the caller's environment.
+RUN_ENV = dict(os.environ)
+os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+
+from dllm_bench.report.build import CellResult, resolve_table  # noqa: E402
+from dllm_bench.report.estimate import table_gpu_hours  # noqa: E402
+from dllm_bench.report.render import write_table  # noqa: E402
+from dllm_bench.report.runs import find_runs_csv, override_list, read_runs  # noqa: E402
+from dllm_bench.report.tables import TABLES, TableSpec, get_table  # noqa: E402
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--table", help=f"one of: {', '.join(TABLES)}")
+    which.add_argument("--all", action="store_true", help="every table")
+    parser.add_argument("--results-dir", default=str(REPO / "results"), help="where the runner writes runs")
+    parser.add_argument("--out", default=str(REPO / "results" / "tables"), help="Markdown/LaTeX/CSV output folder")
+    parser.add_argument("--no-run", action="store_true", help="build from existing runs only")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands of missing cells, run nothing")
+    parser.add_argument("--gpu", action="store_true", help="also run GPU cells (default: only if CUDA is present)")
+    parser.add_argument("--limit", type=int, default=None, help="documents per run (default: the whole task)")
+    parser.add_argument("--estimate", action="store_true", help="print expected GPU hours per table and exit")
+    args = parser.parse_args(argv)
+    if args.table:
+        get_table(args.table)  # unknown name: the error lists the known tables
+    return args
+
+
+def cuda_available() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except ImportError:
+        return False
+
+
+def run_cell(spec: TableSpec, result: CellResult, results_dir: Path, limit: int | None) -> bool:
+    """Run one missing cell through the runner (`python -m dllm_bench.run`); True when it succeeded."""
+    cmd = [sys.executable, "-m", "dllm_bench.run", f"experiment={spec.preset}", *override_list(result.cell.overrides),
+           f"output_dir={results_dir}", "progress=false"]
+    if limit is not None:
+        cmd.append(f"limit={limit}")
+    print("  $ " + " ".join(cmd[2:]), flush=True)
+    done = subprocess.run(cmd, cwd=REPO, env=RUN_ENV, check=False)
+    if done.returncode != 0:
+        print(f"  run failed (exit {done.returncode}); the cell stays missing", flush=True)
+    return done.returncode == 0
+
+
+def build(spec: TableSpec, args: argparse.Namespace, can_gpu: bool) -> list[CellResult]:
+    results_dir = Path(args.results_dir)
+    results = resolve_table(spec, read_runs(find_runs_csv(results_dir)))
+    runnable = [r for r in results if r.status == "missing" and (not spec.needs_gpu or can_gpu)]
+    if args.dry_run:
+        for r in results:
+            if r.command and r.status != "ok":
+                print(f"[{spec.name}] {r.status}: {r.command}")
+        return results
+    if runnable and not args.no_run:
+        print(f"[{spec.name}] running {len(runnable)} missing cell(s)", flush=True)
+        start = time.perf_counter()
+        ran = [run_cell(spec, r, results_dir, args.limit) for r in runnable]
+        print(f"[{spec.name}] {sum(ran)} of {len(ran)} run(s) done in {time.perf_counter() - start:.0f} s", flush=True)
+        results = resolve_table(spec, read_runs(find_runs_csv(results_dir)))
+    paths = write_table(spec, results, args.out)
+    counts = {s: sum(r.status == s for r in results) for s in ("ok", "missing", "unavailable")}
+    print(f"[{spec.name}] cells: {counts['ok']} with runs, {counts['missing']} missing, "
+          f"{counts['unavailable']} not runnable here -> {paths['md']}", flush=True)
+    return results
+
+
+def print_estimates(specs: list[TableSpec]) -> None:
+    print("| table | runnable cells | expected GPU hours (paper's GPU) |\n|---|---|---|")
+    for spec in specs:
+        if spec.paper is None:
+            continue
+        hours, counted, unknown = table_gpu_hours(spec)
+        extra = f" (+{unknown} cells without a printed throughput)" if unknown else ""
+        print(f"| {spec.name} | {counted + unknown} | {hours:.1f}{extra} |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    specs = list(TABLES.values()) if args.all else [get_table(args.table)]
+    if args.estimate:
+        print_estimates(specs)
+        return 0
+    can_gpu = args.gpu or cuda_available()
+    for spec in specs:
+        build(spec, args, can_gpu)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,128 @@
+"""The tiny LLaDA-V end to end through the decoding engine: every selector, prefix/dual/dLLM cache, batching."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+
+from dllm_bench.decoding import build_cache, build_policy, build_selector, generate
+from dllm_bench.models.llada_v import LLaDAV, add_image_placeholders, forbidden_token_ids
+
+GEN, BLOCK, STEPS = 16, 8, 8
+SELECTORS = {
+    "topk": ({}, STEPS),
+    "threshold": ({"tau": 0.9}, None),
+    "factor": ({"f": 1.0}, None),
+    "frechet": ({"delta": 0.25}, None),
+}
+
+
+def _batch(model: LLaDAV, png_images: list[Path], rows: list[int]):
+    questions = ["What is in the picture?", "Count the shapes.", "Say hi."]
+    images = [[Image.open(png_images[0])], [Image.open(png_images[1]), Image.open(png_images[4])], []]
+    prompts = [
+        model.tokenizer.apply_chat_template(
+            [{"role": "user", "content": add_image_placeholders(questions[i], len(images[i])) + " /think"}],
+            tokenize=False,
+        )
+        for i in rows
+    ]
+    return model.build_inputs(prompts, [images[i] for i in rows], gen_length=GEN)
+
+
+def _decode(model: LLaDAV, batch, selector: str, cache: str, **cache_params) -> torch.Tensor:
+    params, steps = SELECTORS[selector]
+    out = generate(
+        model, batch.input_ids, batch.attention_mask, gen_length=GEN, block_length=BLOCK,
+        policy=build_policy("blocks", steps=steps), selector=build_selector(selector, **params),
+        cache=build_cache(cache, **cache_params), forbidden_token_ids=forbidden_token_ids(model.tokenizer),
+        model_kwargs=batch.model_kwargs,
+    )
+    return out.tokens
+
+
+_BATCHED: dict[tuple[str, str], torch.Tensor] = {}
+
+
+def _batched(model: LLaDAV, png_images: list[Path], selector: str, cache: str) -> torch.Tensor:
+    """Rows 0-2 decoded together (memoised: two tests look at the same run)."""
+    if (selector, cache) not in _BATCHED:
+        _BATCHED[selector, cache] = _decode(model, _batch(model, png_images, [0, 1, 2]), selector, cache)
+    return _BATCHED[selector, cache]
+
+
+@pytest.mark.parametrize("cache", ["none", "prefix", "dual"])
+@pytest.mark.parametrize("selector", sorted(SELECTORS))
+def test_every_selector_and_cache_decodes_image_rows(
+    tiny_llada_v: LLaDAV, png_images: list[Path], selector: str, cache: str
+) -> None:
+    m = tiny_llada_v
+    together = _batched(m, png_images, selector, cache)
+    assert together.shape == (3, GEN)
+    assert not (together == m.config.mask_token_id).any()
+    forbidden = torch.tensor(forbidden_token_ids(m.tokenizer))
+    assert not torch.isin(together, forbidden).any()
+
+
+@pytest.mark.parametrize(
+    ("selector", "cache"),
+    [("topk", "none"), ("threshold", "prefix"), ("factor", "dual"), ("frechet", "prefix"), ("frechet", "dual")],
+)
+def test_batched_equals_alone(tiny_llada_v: LLaDAV, png_images: list[Path], selector: str, cache: str) -> None:
+    """Each row decodes to the same tokens alone as in a left-padded batch with other images (or none)."""
+    together = _batched(tiny_llada_v, png_images, selector, cache)
+    for i in range(3):
+        alone = _decode(tiny_llada_v, _batch(tiny_llada_v, png_images, [i]), selector, cache)
+        assert torch.equal(together[i], alone[0]), (selector, cache, i)
+
+
+@pytest.mark.parametrize("cache", ["prefix", "dual"])
+def test_kv_cache_refreshed_every_step_equals_no_cache(tiny_llada_v: LLaDAV, png_images: list[Path], cache: str) -> None:
+    """With a refresh at every step the cached path computes exactly the uncached logits (image rows included)."""
+    batch = _batch(tiny_llada_v, png_images, [0, 1, 2])
+    plain = _batched(tiny_llada_v, png_images, "topk", "none")
+    cached = _decode(tiny_llada_v, batch, "topk", cache, refresh_every=1)
+    assert torch.equal(plain, cached)
+
+
+def test_dllm_cache_runs_with_images(tiny_llada_v: LLaDAV, png_images: list[Path]) -> None:
+    batch = _batch(tiny_llada_v, png_images, [0, 1, 2])
+    out = _decode(tiny_llada_v, batch, "frechet", "dllm", prompt_interval=4, response_interval=2, verify_ratio=0.25)
+    assert out.shape == (3, GEN) and not (out == tiny_llada_v.config.mask_token_id).any()
+
+
+def test_the_image_changes_the_answer(tiny_llada_v: LLaDAV, png_images: list[Path]) -> None:
+    m = tiny_llada_v
+    prompt = m.tokenizer.apply_chat_template([{"role": "user", "content": "<image>\nWhat is it?"}], tokenize=False)
+    outs = []
+    for path in (png_images[0], png_images[4]):
+        b = m.build_inputs([prompt], [[Image.open(path)]], gen_length=GEN)
+        outs.append(generate(m, b.input_ids, b.attention_mask, gen_length=GEN, block_length=BLOCK,
+                             policy=build_policy("blocks", steps=GEN), selector=build_selector("topk"),
+                             model_kwargs=b.model_kwargs).tokens)
+    assert not torch.equal(outs[0], outs[1])
+
+
+def test_placeholders_and_forbidden_ids() -> None:
+    assert add_image_placeholders("Q?", 2) == "<image> <image>\nQ?"
+    assert add_image_placeholders("<image>\nQ?", 1) == "<image>\nQ?"
+    assert add_image_placeholders("Q?", 0) == "Q?"
+    from transformers import PreTrainedTokenizerFast
+
+    real = Path(__file__).parent.parent / "fixtures" / "reference_configs" / "llada-8b-instruct"
+    import json
+
+    decoder = json.loads((real / "tokenizer_config.json").read_text())["added_tokens_decoder"]
+    by_text = {v["content"]: int(k) for k, v in decoder.items()}
+
+    class Vocab:  # the real LLaDA special-token ids, without the 4 MiB tokenizer.json
+        unk_token_id = None
+
+        def convert_tokens_to_ids(self, tok: str) -> int | None:
+            return by_text.get(tok)
+
+    assert forbidden_token_ids(Vocab()) == (126080, 126081, 126346, 126347)
+    assert PreTrainedTokenizerFast is not None

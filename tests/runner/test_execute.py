@@ -1,0 +1,133 @@
+"""End-to-end runs on a random tiny LLaDA: layout, rerun skips, SIGKILL + resume, traces."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from dllm_bench.runner.execute import execute
+from dllm_bench.runner.store import read_jsonl
+from dllm_bench.runner.summary import TIMING_KEYS
+
+ROW_TIMING = ("wall_time_s", "latency_s", "decode_time_s", "rank", "batch_size")
+
+
+def stable_rows(path: Path) -> list[dict]:
+    """Sample rows without the measured (timing) and placement fields."""
+    return [{k: v for k, v in r.items() if k not in ROW_TIMING} for r in read_jsonl(path)]
+
+
+def stable_summary(row: dict) -> dict:
+    skip = set(TIMING_KEYS) | {"started_at", "finished_at", "name", "world_size", "device_name", "output_dir"}
+    return {k: v for k, v in row.items() if k not in skip}
+
+
+def run_dir(out: Path, name: str) -> Path:
+    (d,) = [p for p in (out / name).iterdir() if p.is_dir()]
+    return d
+
+
+def test_layout_and_rerun_skips_finished(compose_cfg, llada_overrides, tmp_path):
+    cfg = compose_cfg(*llada_overrides, "name=layout", "limit=6", "batch_size=4", "trace=true", "selector=frechet",
+                  "cache=dual")
+    row = execute(cfg)
+    d = run_dir(tmp_path / "results", "layout")
+    assert d.name == row["run_id"] and d.name.startswith("frechet-dual-")
+    rows = read_jsonl(d / "samples.jsonl")
+    assert [r["doc_index"] for r in rows] == list(range(6))
+    assert {"sample_id", "prompt", "completion", "extracted", "gold", "correct", "nfe", "steps", "tokens_cut",
+            "tokens_nonstop", "tokens_canvas", "tokens_all", "tokens_per_forward", "wall_time_s"} <= set(rows[0])
+    assert all(r["nfe"] >= 1 and r["tokens_all"] == 24 for r in rows)
+    assert row["n_samples"] == 6 and row["nfe_total"] == sum(r["nfe"] for r in rows)
+    assert row["selector.delta"] == 0.25 and row["cache.name"] == "dual"
+    info = json.loads((d / "run.json").read_text())
+    assert info["config"]["selector"]["delta"] == 0.25 and info["environment"]["versions"]["torch"]
+    assert {"git_commit", "torch_cuda", "python"} <= set(info["environment"]) and info["device_name"]
+    traces = read_jsonl(d / "traces.jsonl")
+    assert len(traces) == 6 and sum(len(t["steps"]) for t in traces[:1]) == rows[0]["steps"]
+
+    def no_engine(c, ctx):
+        raise AssertionError("a finished run must not load a model")
+
+    again = execute(cfg, engine_factory=no_engine)
+    assert stable_summary(again) == stable_summary(row)
+    assert len((tmp_path / "results" / "layout" / "runs.csv").read_text().strip().splitlines()) == 2
+
+
+def test_sigkill_then_resume_gives_the_same_summary(compose_cfg, llada_overrides, tmp_path):
+    common = [*llada_overrides, "limit=16", "batch_size=2", "selector=threshold", "selector.tau=0.5", "warmup=0"]
+    full = execute(compose_cfg(*common, "name=full"))
+
+    killed_cfg = compose_cfg(*common, "name=killed")
+    proc = mp.get_context("fork").Process(target=execute, args=(killed_cfg,))  # fork: no re-import cost
+    proc.start()
+    out = tmp_path / "results" / "killed"
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.is_alive():
+        files = list(out.glob("*/samples.jsonl"))
+        if files and len(read_jsonl(files[0])) >= 4:
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+        time.sleep(0.01)
+    proc.join()
+    assert proc.exitcode == -signal.SIGKILL, "the run finished before it could be killed"
+    d = run_dir(tmp_path / "results", "killed")
+    assert not (d / "run.json").exists() and 4 <= len(read_jsonl(d / "samples.jsonl")) < 16
+
+    resumed = execute(compose_cfg(*common, "name=killed"))
+    assert stable_summary(resumed) == stable_summary(full)
+    assert stable_rows(d / "samples.jsonl") == stable_rows(run_dir(tmp_path / "results", "full") / "samples.jsonl")
+
+
+@pytest.mark.parametrize("selector", ["oracle", "topk"])
+def test_fixed_and_oracle_selectors_run(compose_cfg, llada_overrides, selector):
+    extra = ["steps=24"] if selector == "topk" else []
+    row = execute(compose_cfg(*llada_overrides, f"selector={selector}", *extra, "limit=2", "batch_size=2", "warmup=0"))
+    assert row["n_samples"] == 2 and row["nfe_mean"] >= 1
+    if selector == "topk":
+        assert row["nfe_mean"] == 24
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_main(cfg, rank: int, port: int) -> None:
+    """What torchrun / accelerate launch set up for each process, then the ordinary run."""
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    execute(cfg)
+
+
+def test_two_gloo_processes_equal_one_process(compose_cfg, llada_overrides, tmp_path):
+    common = [*llada_overrides, "limit=7", "batch_size=2", "selector=factor", "selector.f=1.0", "cache=prefix",
+              "warmup=0"]
+    single = execute(compose_cfg(*common, "name=single"))
+    cfg = compose_cfg(*common, "name=parallel")
+    port = _free_port()
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=_rank_main, args=(cfg, rank, port)) for rank in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=300)
+    assert [p.exitcode for p in procs] == [0, 0]
+    d = run_dir(tmp_path / "results", "parallel")
+    assert d.name == single["run_id"]
+    assert sorted(p.name for p in d.iterdir()) == ["run.json", "samples.jsonl"]
+    rows = read_jsonl(d / "samples.jsonl")
+    assert sorted({r["rank"] for r in rows}) == [0, 1]
+    assert stable_rows(d / "samples.jsonl") == stable_rows(run_dir(tmp_path / "results", "single") / "samples.jsonl")
+    info = json.loads((d / "run.json").read_text())
+    assert info["sessions"][-1]["world_size"] == 2
+    parallel_row = {**info["summary"], "run_id": info["run_id"]}
+    assert stable_summary(parallel_row) == stable_summary({k: single[k] for k in parallel_row})

@@ -1,0 +1,67 @@
+"""The Hydra app itself: --multirun sweeps (basic and joblib launchers), the SLURM launcher config, the CLI."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra.core.global_hydra import GlobalHydra
+
+from dllm_bench.run import app
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_app(monkeypatch: pytest.MonkeyPatch, *argv: str) -> None:
+    """`dllm-bench <argv>` in this process (the basic launcher runs sweep jobs in-process)."""
+    monkeypatch.setattr(sys, "argv", ["dllm-bench", *argv])
+    try:
+        app()
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def runs_csv(out: Path, name: str) -> list[dict]:
+    with open(out / name / "runs.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_multirun_over_delta_writes_one_run_per_value(monkeypatch, llada_overrides, tmp_path):
+    run_app(monkeypatch, "--multirun", *llada_overrides, "name=sweep", "limit=2", "batch_size=2", "warmup=0",
+            "selector=frechet", "selector.delta=0.1,0.2,0.3")
+    rows = runs_csv(tmp_path / "results", "sweep")
+    assert sorted(r["selector.delta"] for r in rows) == ["0.1", "0.2", "0.3"]
+    assert len({r["run_id"] for r in rows}) == 3
+    assert sorted(p.name for p in (tmp_path / "results" / "sweep").iterdir() if p.is_dir() and
+                  not p.name.startswith(".")) == sorted(r["run_id"] for r in rows)
+
+
+def test_joblib_launcher_runs_jobs_in_parallel_processes(monkeypatch, llada_overrides, tmp_path):
+    run_app(monkeypatch, "--multirun", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", *llada_overrides,
+            "name=joblib", "limit=2", "batch_size=2", "warmup=0", "selector=threshold,factor")
+    rows = runs_csv(tmp_path / "results", "joblib")
+    assert sorted(r["selector.name"] for r in rows) == ["factor", "threshold"]
+    assert all(r["n_samples"] == "2" for r in rows)
+
+
+def test_slurm_launcher_config_resolves_without_a_cluster(tmp_path):
+    """The installed console script, from another directory: job and launcher configs resolve."""
+    exe = Path(sys.executable).with_name("dllm-bench")
+    cmd = [str(exe) if exe.exists() else sys.executable, *([] if exe.exists() else ["-m", "dllm_bench.run"]),
+           "hydra/launcher=slurm_gpu", "experiment=tiny", "--cfg", "all"]
+    out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher" in text
+    assert "gpus_per_node: 1" in text and "tasks_per_node: 1" in text
+    assert "name: tiny_table" in text and "selector:" in text
+
+
+def test_config_error_exits_before_loading(monkeypatch, llada_overrides, capsys):
+    with pytest.raises(SystemExit) as err:
+        run_app(monkeypatch, *llada_overrides, "selector=frechet", "selector.delta=1.2")
+    assert err.value.code == 2
+    assert "selector.delta=1.2" in capsys.readouterr().err

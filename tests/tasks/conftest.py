@@ -1,0 +1,43 @@
+"""Shared helpers for task tests: fixture paths and lm-eval's own rendering of its tasks, offline."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tasks"
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir() -> Path:
+    return FIXTURES
+
+
+@pytest.fixture(scope="session")
+def lm_eval_render(tmp_path_factory):
+    """render(yaml relative to lm_eval/tasks, {split: file}, limit, **overrides) -> lm-eval's prompt strings."""
+    cache = tmp_path_factory.mktemp("hf_datasets_cache")
+    os.environ["HF_DATASETS_OFFLINE"] = "1"
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    import lm_eval.tasks
+    from lm_eval.api.task import ConfigurableTask
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    root = Path(lm_eval.tasks.__file__).parent
+
+    def render(yaml: str, files: dict[str, str], limit: int, **overrides) -> list[str]:
+        cfg = load_yaml(str(root / yaml))
+        builder = "csv" if str(next(iter(files.values()))).endswith(".csv") else "json"
+        cfg.update(dataset_path=builder, dataset_name=None,
+                   dataset_kwargs={"data_files": {k: str(v) for k, v in files.items()}, "cache_dir": str(cache)},
+                   **overrides)
+        random.seed(0)  # lm_eval.simple_evaluate seeds `random` with 0 before building tasks
+        task = ConfigurableTask(config=cfg)
+        task.set_fewshot_seed(1234)  # simple_evaluate's default fewshot_random_seed
+        task.build_all_requests(limit=limit)
+        return [inst.args[0] for inst in task.instances]
+
+    return render

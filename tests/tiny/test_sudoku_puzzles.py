@@ -1,0 +1,65 @@
+"""The 4x4 Sudoku generator: grids, unique minimal puzzles, deterministic splits, the shipped test set."""
+
+import random
+
+import numpy as np
+import pytest
+
+from dllm_bench.tiny import sudoku_puzzles as sp
+
+
+def test_there_are_288_distinct_valid_grids():
+    grids = sp.solution_grids()
+    assert grids.shape == (288, 16)
+    assert len({g.tobytes() for g in grids}) == 288
+    assert all(sp.is_valid_grid(g) for g in grids)
+
+
+@pytest.mark.parametrize("bad", [
+    [1, 2, 3, 4, 3, 4, 1, 2, 2, 1, 4, 3, 4, 3, 2, 2],  # repeat in the last row
+    [1, 2, 3, 4, 2, 1, 4, 3, 3, 4, 1, 2, 4, 3, 2, 1],  # rows and columns fine, top-left box has 1,2,2,1
+    [1, 2, 3, 4] * 3 + [4, 3, 2],                      # 15 cells
+    [0, 2, 3, 4, 3, 4, 1, 2, 2, 1, 4, 3, 4, 3, 2, 1],  # a blank
+])
+def test_invalid_grids_are_rejected(bad):
+    assert not sp.is_valid_grid(bad)
+
+
+def test_minimal_puzzles_have_one_solution_and_no_removable_clue():
+    rng = random.Random(7)
+    for _ in range(30):
+        puzzle, solution = sp.minimal_puzzle(rng)
+        assert sp.count_solutions(puzzle) == 1
+        clues = puzzle > 0
+        assert np.all(puzzle[clues] == solution[clues])
+        for cell in np.flatnonzero(clues):
+            fewer = puzzle.copy()
+            fewer[cell] = 0
+            assert sp.count_solutions(fewer) > 1
+
+
+def test_text_round_trip_and_bad_text():
+    puzzle, _ = sp.minimal_puzzle(random.Random(1))
+    text = sp.puzzle_text(puzzle)
+    assert len(text) == 19 and text.count("/") == 3
+    assert np.array_equal(sp.parse_puzzle(text), puzzle)
+    with pytest.raises(ValueError, match="not 16 cells"):
+        sp.parse_puzzle("1234/5...")
+
+
+def test_streams_are_deterministic_and_splits_disjoint():
+    take = lambda seed, split: [next(s) for s in [sp.puzzle_stream(seed, split)] for _ in range(200)]  # noqa: E731
+    assert take(3, "train") == take(3, "train")
+    assert take(3, "train") != take(4, "train")
+    assert all(not sp.is_test_puzzle(p) for p, _ in take(3, "train"))
+    assert all(sp.is_test_puzzle(p) for p, _ in take(3, "test"))
+    with pytest.raises(ValueError, match="split 'dev'"):
+        next(sp.puzzle_stream(0, "dev"))
+
+
+def test_shipped_test_set_is_the_seeded_generator_output():
+    shipped = sp.load_test_set()
+    assert len(shipped) == sp.TEST_SET_SIZE >= 500
+    assert shipped == sp.make_test_set()
+    assert len({r["puzzle"] for r in shipped}) == len(shipped)
+    assert len({r["sample_id"] for r in shipped}) == len(shipped)
