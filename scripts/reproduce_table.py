@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 # Building a table never downloads: config checks must not wait on the hub. Runs get the caller's environment.
@@ -38,10 +40,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dry-run", action="store_true", help="print the commands of missing cells, run nothing")
     parser.add_argument("--gpu", action="store_true", help="also run GPU cells (default: only if CUDA is present)")
     parser.add_argument("--limit", type=int, default=None, help="documents per run (default: the whole task)")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="extra overrides for every cell, e.g. model.name_or_path=/data/LLaDA-8B-Instruct")
     parser.add_argument("--estimate", action="store_true", help="print expected GPU hours per table and exit")
     args = parser.parse_args(argv)
     if args.table:
         get_table(args.table)  # unknown name: the error lists the known tables
+    args.extra = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            parser.error(f"--set {item!r}: expected KEY=VALUE")
+        args.extra[key] = yaml.safe_load(value)
     return args
 
 
@@ -69,7 +79,7 @@ def run_cell(spec: TableSpec, result: CellResult, results_dir: Path, limit: int 
 
 def build(spec: TableSpec, args: argparse.Namespace, can_gpu: bool) -> list[CellResult]:
     results_dir = Path(args.results_dir)
-    results = resolve_table(spec, read_runs(find_runs_csv(results_dir)))
+    results = resolve_table(spec, read_runs(find_runs_csv(results_dir)), extra=args.extra)
     runnable = [r for r in results if r.status == "missing" and (not spec.needs_gpu or can_gpu)]
     if args.dry_run:
         for r in results:
@@ -81,7 +91,7 @@ def build(spec: TableSpec, args: argparse.Namespace, can_gpu: bool) -> list[Cell
         start = time.perf_counter()
         ran = [run_cell(spec, r, results_dir, args.limit) for r in runnable]
         print(f"[{spec.name}] {sum(ran)} of {len(ran)} run(s) done in {time.perf_counter() - start:.0f} s", flush=True)
-        results = resolve_table(spec, read_runs(find_runs_csv(results_dir)))
+        results = resolve_table(spec, read_runs(find_runs_csv(results_dir)), extra=args.extra)
     paths = write_table(spec, results, args.out)
     counts = {s: sum(r.status == s for r in results) for s in ("ok", "missing", "unavailable")}
     print(f"[{spec.name}] cells: {counts['ok']} with runs, {counts['missing']} missing, "

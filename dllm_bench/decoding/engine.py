@@ -133,6 +133,8 @@ def generate(
     state = policy.init_state(B, G, block_length, device)
     generators = _row_generators(seed, B, device) if (temperature > 0 or measure == "random") else None
     stop_ids = torch.tensor(stops, dtype=x.dtype, device=device) if stops else None
+    # the mask token is never a prediction: committing it would leave the position masked forever
+    forbidden = tuple(dict.fromkeys([*forbidden_token_ids, mask_id]))
     force_first = isinstance(cache, PrefixCache | DualCache) and cache.compat_first_token
 
     active = torch.ones(B, dtype=torch.bool, device=device)
@@ -161,8 +163,8 @@ def generate(
             pred = torch.full((B, G), mask_id, dtype=x.dtype, device=device)
             refreshed = torch.zeros(B, dtype=torch.bool, device=device)
             for res in results:
-                _fill_predictions(res, cand, conf, pred, P, G, measure, dtype, temperature,
-                                  forbidden_token_ids, generators)
+                _fill_predictions(res, cand, conf, pred, P, G, measure, dtype, temperature, forbidden,
+                                  generators)
                 positions[res.rows.cpu()] += res.logits.shape[1]
                 refreshed[res.rows] = res.refresh
             nfe[rows.cpu()] += 1

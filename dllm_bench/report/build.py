@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -64,9 +64,15 @@ def resolve_table(
     runs: pd.DataFrame,
     published: list[PublishedRow] | None = None,
     conf_dir: Path = CONF_DIR,
+    extra: dict[str, Any] | None = None,
 ) -> list[CellResult]:
-    """Match each cell's composed config to runs.csv rows; never fills a cell from anything but its own runs."""
+    """Match each cell's composed config to runs.csv rows; never fills a cell from anything but its own runs.
+
+    `extra` overrides apply to every runnable cell (e.g. a local `model.name_or_path`), in matching and commands.
+    """
     cells = table_cells(spec, published) if spec.paper else table_cells(spec)
+    if extra:
+        cells = [c if c.unavailable else replace(c, overrides={**c.overrides, **extra}) for c in cells]
     runnable = [c for c in cells if c.unavailable is None]
     configs: dict[int, dict[str, Any] | str] = {}
     if runnable:
@@ -85,16 +91,16 @@ def resolve_table(
         if isinstance(config, str):
             results.append(CellResult(cell, "unavailable", None, command, config))
             continue
+        rows = matching_rows(runs, config)
+        if not rows.empty:
+            results.append(CellResult(cell, "ok", aggregate_runs(rows), command, None, config))
+            continue
         refusal = runner_refusal(config)
         if refusal is not None:
             results.append(CellResult(cell, "unavailable", None, command, refusal, config))
-            continue
-        rows = matching_rows(runs, config)
-        if rows.empty:
+        else:
             reason = "needs a GPU (8B model)" if spec.needs_gpu else "not run yet"
             results.append(CellResult(cell, "missing", None, command, reason, config))
-        else:
-            results.append(CellResult(cell, "ok", aggregate_runs(rows), command, None, config))
     return results
 
 

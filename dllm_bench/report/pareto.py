@@ -107,7 +107,7 @@ def plot_frontiers(
     colours = {m: plt.get_cmap("tab10")(i % 10) for i, m in enumerate(methods)}
     markers = {"none": "o", "prefix": "s", "dual": "D", "dllm_cache": "^"}
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
-    for ax, (axis, (column, xlabel, larger_better)) in zip(axes, AXES.items()):
+    for ax, (column, xlabel, larger_better) in zip(axes, AXES.values()):
         for method in methods:
             sub = points[points["method"] == method].dropna(subset=[column, "accuracy"])
             for cache, group in sub.groupby("cache"):

@@ -428,6 +428,11 @@ def table_cells(spec: TableSpec, published: list[PublishedRow] | None = None) ->
     return [cell_for_row(spec, r) for r in selected]
 
 
+def results_name(spec: TableSpec, conf_dir: Path = CONF_DIR) -> str:
+    """The `name` its preset gives the runs: they land in results/<name>/runs.csv."""
+    return str(OmegaConf.load(conf_dir / "experiment" / f"{spec.preset}.yaml").get("name", spec.preset))
+
+
 def get_table(name: str) -> TableSpec:
     """Look a table up by name; the error lists every known table."""
     if name not in TABLES:

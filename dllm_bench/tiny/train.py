@@ -32,7 +32,6 @@ from dllm_bench.tiny.sudoku_puzzles import load_test_set, puzzle_stream
 
 CHECKPOINT_ROOT = Path(__file__).parent / "checkpoints"
 STATE_ROOT = Path("outputs") / "tiny_train"
-MONITOR_PUZZLES = 128  # held-out puzzles decoded one cell per step during training (monitoring only)
 
 
 @dataclass
@@ -60,6 +59,7 @@ class TrainConfig:
     log_every: int = 25
     save_every: int = 200
     monitor_every: int = 400
+    monitor_puzzles: int = 128  # held-out puzzles decoded one cell per step during training (monitoring only)
 
     def __post_init__(self) -> None:
         if self.flavour not in ("llada", "dream"):
@@ -118,8 +118,11 @@ def _save_state(path: Path, model: DiffusionLM, opt: torch.optim.Optimizer, step
     os.replace(tmp, path)
 
 
-def train(cfg: TrainConfig, out_dir: Path, state_path: Path, resume: bool = False) -> dict:
-    """Run (or resume) training; returns the log dict (config, loss curve, monitor accuracies, timings)."""
+def train(cfg: TrainConfig, out_dir: Path, state_path: Path, resume: bool = False, stop_at: int | None = None) -> dict:
+    """Run (or resume) training; returns the log dict (config, loss curve, monitor accuracies, timings).
+
+    ``stop_at`` ends the run early after that many steps (as an interruption would), state saved.
+    """
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     tokenizer = build_tiny_tokenizer(cfg.flavour)
@@ -156,10 +159,10 @@ def train(cfg: TrainConfig, out_dir: Path, state_path: Path, resume: bool = Fals
             next(stream)
         torch.rand(cfg.batch_size, 1, generator=gen)
         torch.rand(cfg.batch_size, g_len, generator=gen)
-    monitor_rows = load_test_set()[:MONITOR_PUZZLES]
+    monitor_rows = load_test_set()[:cfg.monitor_puzzles]
 
     tokens_seen, t_last, loss_acc, n_acc = 0, time.time(), 0.0, 0
-    for step in range(start_step, cfg.steps):
+    for step in range(start_step, cfg.steps if stop_at is None else min(stop_at, cfg.steps)):
         t0 = time.time()
         g_len = length_rng.choice(cfg.answer_lengths)
         batch = [next(stream) for _ in range(cfg.batch_size)]
@@ -192,7 +195,7 @@ def train(cfg: TrainConfig, out_dir: Path, state_path: Path, resume: bool = Fals
             model.train()
             log["monitor"].append({"step": done, "sequential_solved": acc})
             print(json.dumps({"step": done, "monitor_sequential_solved": acc}), flush=True)
-        if done % cfg.save_every == 0 or done == cfg.steps:
+        if done % cfg.save_every == 0 or done in (cfg.steps, stop_at):
             save_tiny_checkpoint(model, tokenizer, out_dir, log)
             _save_state(state_path, model, opt, done, log)
     return log
@@ -204,7 +207,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, Path, Path, 
     defaults = TrainConfig()
     ap.add_argument("--flavour", choices=["llada", "dream"], required=True)
     for name in ("seed", "steps", "batch_size", "d_model", "n_layers", "n_heads", "mlp_hidden_size", "threads",
-                 "save_every", "monitor_every", "log_every", "warmup_steps"):
+                 "save_every", "monitor_every", "monitor_puzzles", "log_every", "warmup_steps"):
         ap.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name))
     for name in ("lr", "weight_decay", "eps"):
         ap.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(defaults, name))

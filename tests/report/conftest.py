@@ -69,8 +69,19 @@ T5_RUNS = [
 ]
 
 
-@pytest.fixture()
-def t5_results(tmp_path: Path) -> Path:
+@pytest.fixture(scope="session")
+def t5_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A results folder with the Table 5 fixture runs under <tmp>/results/fast_dllm_pp_t5/runs.csv."""
-    write_runs(tmp_path / "results" / "fast_dllm_pp_t5" / "runs.csv", "fast_dllm_pp_t5", T5_RUNS)
-    return tmp_path / "results"
+    root = tmp_path_factory.mktemp("t5") / "results"
+    write_runs(root / "fast_dllm_pp_t5" / "runs.csv", "fast_dllm_pp_t5", T5_RUNS)
+    return root
+
+
+@pytest.fixture(scope="session")
+def t5_resolved(t5_results: Path):
+    """Table 5 resolved against the fixture runs, keyed by layout key."""
+    from dllm_bench.report.build import resolve_table
+    from dllm_bench.report.runs import find_runs_csv, read_runs
+
+    results = resolve_table(get_table("fast_dllm_pp_t5"), read_runs(find_runs_csv(t5_results)))
+    return {tuple(r.cell.row + r.cell.col): r for r in results}

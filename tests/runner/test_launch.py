@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import subprocess
 import sys
 from pathlib import Path
 
@@ -11,8 +10,6 @@ import pytest
 from hydra.core.global_hydra import GlobalHydra
 
 from dllm_bench.run import app
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def run_app(monkeypatch: pytest.MonkeyPatch, *argv: str) -> None:
@@ -47,14 +44,9 @@ def test_joblib_launcher_runs_jobs_in_parallel_processes(monkeypatch, llada_over
     assert all(r["n_samples"] == "2" for r in rows)
 
 
-def test_slurm_launcher_config_resolves_without_a_cluster(tmp_path):
-    """The installed console script, from another directory: job and launcher configs resolve."""
-    exe = Path(sys.executable).with_name("dllm-bench")
-    cmd = [str(exe) if exe.exists() else sys.executable, *([] if exe.exists() else ["-m", "dllm_bench.run"]),
-           "hydra/launcher=slurm_gpu", "experiment=tiny", "--cfg", "all"]
-    out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=180)
-    assert out.returncode == 0, out.stderr
-    text = out.stdout
+def test_slurm_launcher_config_resolves_without_a_cluster(monkeypatch, capsys):
+    run_app(monkeypatch, "hydra/launcher=slurm_gpu", "experiment=tiny", "--cfg", "all")
+    text = capsys.readouterr().out
     assert "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher" in text
     assert "gpus_per_node: 1" in text and "tasks_per_node: 1" in text
     assert "name: tiny_table" in text and "selector:" in text

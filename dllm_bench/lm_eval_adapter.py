@@ -1,0 +1,319 @@
+"""lm-evaluation-harness model `dllm_bench`: lm-eval's tasks decoded by our engine (any selector, any cache).
+
+    python -m dllm_bench.lm_eval_adapter --model dllm_bench \
+        --model_args model=GSAI-ML/LLaDA-8B-Instruct,selector=frechet,delta=0.25,cache=dual --tasks gsm8k
+
+lm-eval 0.4.13 finds models only in its registry, so this module must be imported before lm-eval looks the
+name up: run it as above (it imports, then hands over to lm-eval's CLI, `accelerate launch -m
+dllm_bench.lm_eval_adapter ...` for several processes) or `import dllm_bench.lm_eval_adapter` before
+`lm_eval.simple_evaluate(model="dllm_bench", ...)`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from lm_eval.api.model import LM
+from lm_eval.api.registry import register_model
+
+from dllm_bench.decoding import build_cache, build_policy, build_selector, check_combination, generate
+from dllm_bench.decoding.accounting import cut_at_stop_strings
+from dllm_bench.models import load_model
+
+log = logging.getLogger(__name__)
+
+SELECTORS = ("topk", "threshold", "factor", "frechet")
+CACHES = ("none", "prefix", "dual", "dllm")
+
+
+@dataclass
+class DecodingStats:
+    """NFE, tokens and time summed over this process's generate_until requests."""
+
+    requests: int = 0
+    nfe: int = 0
+    tokens: int = 0
+    decode_time_s: float = 0.0
+    per_request: list[dict[str, Any]] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        return {"requests": self.requests, "nfe": self.nfe, "tokens": self.tokens,
+                "decode_time_s": round(self.decode_time_s, 4),
+                "tokens_per_s": self.tokens / self.decode_time_s if self.decode_time_s else None,
+                "tokens_per_nfe": self.tokens / self.nfe if self.nfe else None}
+
+
+def _build_decoding(selector: str, cache: str, steps: int | None, gen_length: int, block_length: int,
+                    params: dict[str, float], refresh_every: int | None) -> tuple[Any, Any, Any]:
+    """(policy, selector, cache) objects from plain model_args values, checked before any forward."""
+    if selector not in SELECTORS:
+        raise ValueError(f"selector={selector!r}: expected one of {SELECTORS}")
+    if cache not in CACHES:
+        raise ValueError(f"cache={cache!r}: expected one of {CACHES}")
+    sel = build_selector(selector, **params)
+    policy = build_policy("blocks", steps=steps if selector == "topk" else None)
+    if cache in ("prefix", "dual"):
+        cache_obj = build_cache(cache, refresh_every=refresh_every)
+    else:
+        cache_obj = build_cache(cache)
+    check_combination(policy, sel, cache_obj, gen_length=gen_length, block_length=block_length)
+    return policy, sel, cache_obj
+
+
+@register_model("dllm_bench")
+class DllmBenchLM(LM):
+    """generate_until through `dllm_bench.decoding.generate`; loglikelihood by LLaDA's Monte-Carlo masked estimate."""
+
+    def __init__(
+        self,
+        model: str,
+        selector: str = "frechet",
+        delta: float = 0.25,
+        tau: float = 0.9,
+        f: float = 1.0,
+        steps: int | None = None,
+        cache: str = "none",
+        refresh_every: int | None = None,
+        gen_length: int | None = 256,
+        block_length: int = 32,
+        chat: bool | None = None,
+        batch_size: int | str = 1,
+        mc_num: int = 128,
+        mc_batch_size: int = 32,
+        check_greedy: bool = False,
+        temperature: float = 0.0,
+        confidence_precision: str = "float64",
+        seed: int = 0,
+        dtype: str | None = None,
+        device: str | None = None,
+        stats_path: str | None = None,
+        **unused: Any,
+    ) -> None:
+        super().__init__()
+        if unused:
+            raise ValueError(f"unknown model_args {sorted(unused)}; see dllm_bench/lm_eval_adapter.py for the list")
+        if mc_num < 1 or mc_batch_size < 1 or mc_num % mc_batch_size:
+            raise ValueError(f"mc_num={mc_num}, mc_batch_size={mc_batch_size}: need mc_num a positive multiple of it")
+        params = {"threshold": {"tau": float(tau)}, "factor": {"f": float(f)}, "frechet": {"delta": float(delta)},
+                  "topk": {}}.get(selector, {})
+        self.gen_length = None if gen_length in (None, "None", 0) else int(gen_length)
+        self.block_length = int(block_length)
+        self.policy, self.selector, self.cache = _build_decoding(
+            selector, cache, None if steps in (None, "None") else int(steps), self.gen_length or self.block_length,
+            self.block_length, params, None if refresh_every in (None, "None") else int(refresh_every))
+        self._setup_distributed(device)
+        self.model = load_model(model, dtype=dtype, device=self._device)
+        self.tokenizer = self.model.tokenizer
+        if self.tokenizer is None:
+            raise ValueError(f"model={model!r}: no tokenizer next to the weights; lm-eval needs one")
+        self.config = self.model.config
+        self.chat = bool(self.config.is_instruct) if chat in (None, "None") else bool(chat)
+        self.batch_size = int(batch_size) if str(batch_size).isdigit() else 1
+        self.mc_num, self.mc_batch_size, self.check_greedy = int(mc_num), int(mc_batch_size), bool(check_greedy)
+        self.temperature, self.confidence_precision = float(temperature), confidence_precision
+        self.seed, self.stats_path = int(seed), stats_path
+        self.model_name = model
+        self.stats = DecodingStats()
+        self._lm_eval_templated = False
+
+    # -- distributed plumbing (accelerate launch) -------------------------------------------------
+    def _setup_distributed(self, device: str | None) -> None:
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.accelerator = None
+        if world > 1:
+            import accelerate
+
+            self.accelerator = accelerate.Accelerator()
+            self._rank, self._world_size = self.accelerator.process_index, self.accelerator.num_processes
+            self._device = str(self.accelerator.device)
+        else:
+            self._device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device(self._device)
+
+    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor if self.accelerator is None else self.accelerator.gather(tensor)
+
+    def gather_object(self, obj: Any, dst: int = 0) -> list[Any] | None:
+        if self.accelerator is None:
+            return [obj]
+        result = [None] * self.world_size if self.rank == dst else None
+        torch.distributed.gather_object(obj=obj, object_gather_list=result, dst=dst)
+        return result
+
+    def barrier(self) -> None:
+        if self.accelerator is not None:
+            self.accelerator.wait_for_everyone()
+
+    # -- chat templates ----------------------------------------------------------------------------
+    @property
+    def tokenizer_name(self) -> str:
+        return str(getattr(self.tokenizer, "name_or_path", self.model_name)).replace("/", "__")
+
+    def chat_template(self, chat_template: bool | str = False) -> str | None:
+        return getattr(self.tokenizer, "chat_template", None) if chat_template else None
+
+    def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        """lm-eval's --apply_chat_template path: the context arrives templated, so we do not wrap it again."""
+        self._lm_eval_templated = True
+        return self.tokenizer.apply_chat_template(chat_history, tokenize=False,
+                                                  add_generation_prompt=add_generation_prompt)
+
+    def _model_input(self, context: str) -> list[int]:
+        """Token ids of the prompt: wrapped as one user turn for chat models (the LLaDA evaluation's way)."""
+        if self.chat and not self._lm_eval_templated:
+            text = self.tokenizer.apply_chat_template([{"role": "user", "content": context}],
+                                                      add_generation_prompt=True, tokenize=False)
+            return self.tokenizer.encode(text, add_special_tokens=False)
+        return self.tokenizer.encode(context, add_special_tokens=not self._lm_eval_templated)
+
+    # -- generation ----------------------------------------------------------------------------------
+    def _left_pad(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), int(self.config.pad_token_id), dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
+            mask[i, width - len(r):] = 1
+        return ids.to(self.device), mask.to(self.device)
+
+    def _gen_length_for(self, max_gen_toks: int) -> int:
+        """The configured gen_length, else max_gen_toks rounded up to whole blocks."""
+        if self.gen_length is not None:
+            return self.gen_length
+        return -(-max_gen_toks // self.block_length) * self.block_length
+
+    def _completion(self, ids: list[int], until: list[str], max_gen_toks: int) -> str:
+        ids = ids[:max_gen_toks]
+        stops = set(int(t) for t in self.config.stop_token_ids)
+        end = next((k for k, t in enumerate(ids) if t in stops), len(ids))
+        return cut_at_stop_strings(self.tokenizer.decode(ids[:end], skip_special_tokens=False), until)
+
+    def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
+        """Decode each request's context; the answer is cut at the first stop id and at its `until` strings."""
+        out: list[str | None] = [None] * len(requests)
+        groups: dict[tuple, list[int]] = {}
+        for i, req in enumerate(requests):
+            context, kwargs = req.args
+            until = kwargs.get("until") or []
+            until = [until] if isinstance(until, str) else list(until)
+            max_gen_toks = int(kwargs.get("max_gen_toks", 256))
+            groups.setdefault((tuple(until), max_gen_toks), []).append(i)
+        for (until, max_gen_toks), members in groups.items():
+            gen_length = self._gen_length_for(max_gen_toks)
+            for start in range(0, len(members), self.batch_size):
+                batch = members[start:start + self.batch_size]
+                contexts = [requests[i].args[0] for i in batch]
+                ids, mask = self._left_pad([self._model_input(c) for c in contexts])
+                seeds = [self.seed ^ zlib.crc32(c.encode("utf-8")) for c in contexts]
+                with torch.inference_mode():
+                    result = generate(self.model, ids, mask, gen_length=gen_length, block_length=self.block_length,
+                                      policy=self.policy, selector=self.selector, cache=self.cache,
+                                      temperature=self.temperature, confidence_precision=self.confidence_precision,
+                                      seed=seeds, tokenizer=self.tokenizer, stop_strings=list(until))
+                for row, i in enumerate(batch):
+                    text = self._completion(result.tokens[row].tolist(), list(until), max_gen_toks)
+                    out[i] = text
+                    record = result.records[row]
+                    self._record(record, requests[i].args[0], text)
+                    self.cache_hook.add_partial("generate_until", requests[i].args, text)
+        self._write_stats()
+        return [o if o is not None else "" for o in out]
+
+    def _record(self, record: Any, context: str, text: str) -> None:
+        tokens = int(record.token_counts.get("tokens", 0))
+        self.stats.requests += 1
+        self.stats.nfe += int(record.nfe)
+        self.stats.tokens += tokens
+        self.stats.decode_time_s += float(record.wall_time_s)
+        self.stats.per_request.append({"context_crc32": zlib.crc32(context.encode("utf-8")), "nfe": int(record.nfe),
+                                       "tokens": tokens, "decode_time_s": float(record.wall_time_s)})
+
+    def _write_stats(self) -> None:
+        summary = self.stats.summary()
+        log.info("dllm_bench decoding (rank %d): %s", self.rank, summary)
+        if self.stats_path:
+            path = self.stats_path if self.world_size == 1 else f"{self.stats_path}.rank{self.rank}"
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump({"summary": summary, "per_request": self.stats.per_request}, f)
+
+    # -- likelihoods -----------------------------------------------------------------------------------
+    def _encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
+        """Plain tokenisation as the LLaDA evaluation did; trailing context spaces move to the continuation."""
+        spaces = len(context) - len(context.rstrip())
+        if spaces:
+            continuation, context = context[-spaces:] + continuation, context[:-spaces]
+        whole = self.tokenizer.encode(context + continuation)
+        prefix = self.tokenizer.encode(context)
+        return prefix, whole[len(prefix):]
+
+    def masked_loglikelihood(self, prefix: list[int], target: list[int], seed: int) -> float:
+        """LLaDA's estimate: mean over `mc_num` draws of -Σ_masked CE / p_mask, mask ratios stratified per batch."""
+        if not target:
+            return 0.0
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+        seq = torch.tensor(prefix + target, dtype=torch.long)
+        n, p, b = len(target), len(prefix), self.mc_batch_size
+        losses = []
+        for _ in range(self.mc_num // b):
+            k = int(torch.randint(1, n + 1, (), generator=gen))
+            counts = torch.round(torch.linspace(float(k), k + (b - 1) * (n / b), steps=b)).long()
+            counts = ((counts - 1) % n) + 1                                            # masks per row, 1..n
+            ranks = torch.rand(b, n, generator=gen).argsort(dim=1).argsort(dim=1)     # a random permutation per row
+            is_mask = torch.cat([torch.zeros(b, p, dtype=torch.bool), ranks < counts[:, None]], dim=1)
+            batch = torch.where(is_mask, int(self.config.mask_token_id), seq.expand(b, -1))
+            with torch.inference_mode():
+                logits = self.model(batch.to(self.device)).float().cpu()
+            p_mask = (counts.float() / n)[:, None].expand(b, p + n)
+            ce = F.cross_entropy(logits[is_mask], seq.expand(b, -1)[is_mask], reduction="none") / p_mask[is_mask]
+            losses.append(ce.sum().item() / b)
+        return -sum(losses) / len(losses)
+
+    def _greedy_matches(self, prefix: list[int], target: list[int]) -> bool:
+        """Does decoding the target region one most-confident token at a time reproduce the target?"""
+        canvas = torch.tensor([prefix + [int(self.config.mask_token_id)] * len(target)], dtype=torch.long)
+        for _ in range(len(target)):
+            masked = canvas[0] == self.config.mask_token_id
+            with torch.inference_mode():
+                logits = self.model(canvas.to(self.device)).float().cpu()[0]
+            probs = logits.softmax(-1)
+            conf, tok = probs.max(-1)
+            conf[~masked] = -1.0
+            pos = int(conf.argmax())
+            canvas[0, pos] = tok[pos]
+        return canvas[0, len(prefix):].tolist() == target
+
+    def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        results = []
+        for req in requests:
+            context, continuation = req.args
+            prefix, target = self._encode_pair(context, continuation)
+            seed = self.seed ^ zlib.crc32((context + "\x00" + continuation).encode("utf-8"))
+            ll = self.masked_loglikelihood(prefix, target, seed)
+            greedy = self._greedy_matches(prefix, target) if self.check_greedy else False
+            results.append((ll, greedy))
+            self.cache_hook.add_partial("loglikelihood", req.args, (ll, greedy))
+        return results
+
+    def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[float]:
+        raise NotImplementedError("loglikelihood_rolling (perplexity tasks) is not defined for masked diffusion LMs here")
+
+
+def main() -> None:
+    """lm-eval's CLI with this model registered."""
+    from lm_eval.__main__ import cli_evaluate
+
+    cli_evaluate()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+"""`make demo`: sweep selectors x caches on the embedded tiny model; print a table, write CSVs and a Pareto plot.
+
+    python scripts/demo.py             # resumes finished runs under results/demo/
+    python scripts/demo.py --fresh     # deletes results/demo/ first
+    python scripts/demo.py --limit 50  # fewer problems
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from hydra import compose, initialize_config_dir  # noqa: E402
+
+from dllm_bench.runner.config import CONF_DIR  # noqa: E402
+from dllm_bench.runner.execute import execute  # noqa: E402
+
+# (label, parameter shown in the table, overrides); every method runs without a cache and with the dual cache
+METHODS = [
+    ("sequential", "1 token/step", ["selector=topk", "steps=24"]),
+    ("threshold", "tau=0.9", ["selector=threshold", "selector.tau=0.9"]),
+    ("threshold", "tau=0.7", ["selector=threshold", "selector.tau=0.7"]),
+    ("factor", "f=1.0", ["selector=factor", "selector.f=1.0"]),
+    ("frechet", "delta=0.25", ["selector=frechet", "selector.delta=0.25"]),
+    ("frechet", "delta=0.1", ["selector=frechet", "selector.delta=0.1"]),
+    ("slowfast", "code preset", ["selector=slowfast_code"]),
+    ("oracle", "floor", ["selector=oracle"]),
+]
+CACHES = ("none", "dual")
+TABLE_COLUMNS = ("method", "param", "cache", "accuracy", "ci95", "nfe_mean", "tokens_per_forward", "tokens_per_s",
+                 "latency_s_mean", "run_id")
+
+
+def sweep(limit: int, output_dir: Path, extra: list[str]) -> list[dict]:
+    """Run every method x cache in this process (the model loads once); one summary dict per run."""
+    table = []
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        for method, param, overrides in METHODS:
+            for cache in CACHES:
+                cfg = compose("config", overrides=["experiment=demo", f"output_dir={output_dir}", f"limit={limit}",
+                                                   f"cache={cache}", *overrides, *extra])
+                start = time.perf_counter()
+                row = execute(cfg)
+                print(f"  {method:<10} {param:<13} cache={cache:<4} acc={row['accuracy']:.3f} "
+                      f"NFE={row['nfe_mean']:.2f} ({time.perf_counter() - start:.1f}s)", flush=True)
+                table.append({"method": method, "param": param, "cache": cache, **row})
+    return table
+
+
+def format_table(table: list[dict]) -> list[dict]:
+    out = []
+    for r in table:
+        out.append({
+            "method": r["method"], "param": r["param"], "cache": r["cache"],
+            "accuracy": f"{r['accuracy']:.3f}", "ci95": f"[{r['accuracy_ci_low']:.3f}, {r['accuracy_ci_high']:.3f}]",
+            "nfe_mean": f"{r['nfe_mean']:.2f}", "tokens_per_forward": f"{r['tokens_per_forward']:.3f}",
+            "tokens_per_s": f"{r['tokens_per_s']:.1f}", "latency_s_mean": f"{r['latency_s_mean']:.3f}",
+            "run_id": r["run_id"],
+        })
+    return out
+
+
+def print_table(rows: list[dict]) -> None:
+    widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in TABLE_COLUMNS}
+    print("  ".join(c.ljust(widths[c]) for c in TABLE_COLUMNS))
+    print("  ".join("-" * widths[c] for c in TABLE_COLUMNS))
+    for r in rows:
+        print("  ".join(r[c].ljust(widths[c]) for c in TABLE_COLUMNS))
+
+
+def plot(runs_csv: Path, out_dir: Path) -> str:
+    """The reports layer's Pareto plot when present; otherwise a minimal accuracy-vs-NFE scatter."""
+    script = REPO / "scripts" / "plot_pareto.py"
+    if script.exists():
+        done = subprocess.run([sys.executable, str(script), "--runs", str(runs_csv), "--out-dir", str(out_dir)],
+                              cwd=REPO, capture_output=True, text=True)
+        if done.returncode == 0:
+            return f"scripts/plot_pareto.py -> {out_dir}"
+        print(f"scripts/plot_pareto.py failed ({done.stderr.strip()[-300:]}); plotting minimally instead")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with open(runs_csv, newline="") as f:
+        runs = list(csv.DictReader(f))
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for cache, marker in (("none", "o"), ("dual", "s")):
+        pts = [r for r in runs if r["cache.name"] == cache]
+        ax.scatter([float(r["nfe_mean"]) for r in pts], [float(r["accuracy"]) for r in pts], marker=marker,
+                   label=f"cache={cache}")
+        for r in pts:
+            ax.annotate(r["selector.name"], (float(r["nfe_mean"]), float(r["accuracy"])), fontsize=7)
+    ax.set_xlabel("mean NFE per sample")
+    ax.set_ylabel("accuracy")
+    ax.legend()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_dir / "demo_pareto_nfe.png", dpi=120, bbox_inches="tight")
+    return f"minimal plot (scripts/plot_pareto.py unavailable) -> {out_dir / 'demo_pareto_nfe.png'}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--limit", type=int, default=200, help="problems per run (default 200)")
+    parser.add_argument("--output-dir", default=str(REPO / "results"))
+    parser.add_argument("--fresh", action="store_true", help="delete results/demo first")
+    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run (e.g. batch_size=25)")
+    args = parser.parse_args(argv)
+    output_dir = Path(args.output_dir).resolve()
+    demo_dir = output_dir / "demo"
+    if args.fresh and demo_dir.exists():
+        shutil.rmtree(demo_dir)
+    start = time.perf_counter()
+    print(f"dllm-bench demo: {len(METHODS)} settings x caches {CACHES} on {args.limit} tiny Sudoku problems")
+    table = format_table(sweep(args.limit, output_dir, ["progress=false", *args.overrides]))
+    sweep_s = time.perf_counter() - start
+    print()
+    print_table(table)
+    summary_csv = demo_dir / "demo_table.csv"
+    with open(summary_csv, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=TABLE_COLUMNS)
+        writer.writeheader()
+        writer.writerows(table)
+    plotted = plot(demo_dir / "runs.csv", demo_dir / "plots")
+    print(f"\nruns: {demo_dir / 'runs.csv'}\ntable: {summary_csv}\nplot: {plotted}")
+    print(f"sweep {sweep_s:.1f}s, total {time.perf_counter() - start:.1f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

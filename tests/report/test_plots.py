@@ -1,0 +1,84 @@
+"""Pareto frontiers, the plotting script, and the confidence-profile analysis."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dllm_bench.report.pareto import pareto_front, published_points, run_points
+from dllm_bench.report.profile import analyse_profiles, plot_profile, profile_markdown, read_trace_steps
+from dllm_bench.report.published import load_published
+from dllm_bench.report.runs import read_runs
+
+DEMO = Path(__file__).parent / "fixtures" / "demo" / "runs.csv"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "plot_pareto.py"
+
+
+def test_pareto_front_keeps_only_non_dominated_points():
+    x = np.array([1.0, 2.0, 3.0, 2.5, 4.0])
+    y = np.array([90.0, 85.0, 80.0, 79.0, 80.0])
+    assert pareto_front(x, y, larger_x_better=True).tolist() == [4, 1, 0]   # (3, 80) and (2.5, 79) dominated
+    assert pareto_front(x, y, larger_x_better=False).tolist() == [0]        # smallest x also most accurate
+
+
+def test_run_points_label_each_selector_parameter():
+    points = run_points(read_runs([DEMO]))
+    labels = dict(zip(points["method"] + points["label"], points["label"]))
+    assert {"thresholdτ=0.9", "thresholdτ=0.7", "factorf=0.75", "frechetδ=0.25", "frechetδ=0.1"} <= set(labels)
+    assert points.loc[points["method"] == "oracle", "accuracy"].item() == pytest.approx(100.0)
+
+
+def test_published_points_take_tok_per_nfe_from_the_note():
+    rows = [r for r in load_published() if r["paper"] == "fast-dllm-pp" and r["table"] == "Table 1"]
+    first = published_points(rows)[0]
+    assert first.tokens_per_forward == pytest.approx(2.88)
+    assert first.nfe_mean == pytest.approx(107135 / 1319)
+
+
+def test_plot_script_writes_png_and_pdf_from_demo_csv(tmp_path):
+    spec = importlib.util.spec_from_file_location("plot_pareto", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--runs", str(DEMO), "--out-dir", str(tmp_path), "--published", "fast_dllm_pp_t1",
+                        "--published-where", "task=gsm8k", "gen_length=256"]) == 0
+    png, pdf = tmp_path / "demo_pareto.png", tmp_path / "demo_pareto.pdf"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    assert pdf.read_bytes()[:5] == b"%PDF-" and pdf.stat().st_size > 5_000
+
+
+def _traces(path: Path) -> Path:
+    profiles = [
+        ([0.999, 0.999, 0.999, 0.8], 4),   # heterogeneous: Fréchet 4, factor 3, threshold 3
+        ([0.99, 0.99, 0.6, 0.5], 2),       # all three commit 2
+        ([0.9, 0.9, 0.9, 0.9], 4),         # equal confidences: Fréchet = factor (f = 1 - delta)
+        ([0.5, 0.4], 1),                   # nobody passes: everyone commits the top one
+    ]
+    with path.open("w") as f:
+        f.write(json.dumps({"sample_id": "s0", "doc_index": 0, "steps": [
+            {"step": i, "sorted_confidences": c, "n_committed": k, "frechet_core": None, "frechet_bonus": None}
+            for i, (c, k) in enumerate(profiles)]}) + "\n")
+    return path
+
+
+def test_profile_analysis_on_known_profiles(tmp_path):
+    analysis = analyse_profiles(read_trace_steps([_traces(tmp_path / "traces.jsonl")]), tau=0.9, f=0.75, delta=0.25)
+    assert analysis.commits["frechet"].tolist() == [4, 2, 4, 1]
+    assert analysis.commits["factor"].tolist() == [3, 2, 4, 1]
+    assert analysis.commits["threshold"].tolist() == [3, 2, 4, 1]
+    dec = analysis.decomposition
+    assert dec["core"][0] == pytest.approx(0.0) and dec["bonus"][0] == pytest.approx(3 * 0.199)
+    assert dec["bonus"][2] == pytest.approx(0.0)
+    row = analysis.comparison.set_index(["rule", "versus"]).loc[("frechet", "factor")]
+    assert (row["more"], row["equal"], row["fewer"]) == (0.25, 0.75, 0.0)
+    assert "| 4 | 2 | 1 | 1 | 2 |" in profile_markdown(analysis)
+    png, pdf = plot_profile(analysis, tmp_path / "profile")
+    assert png.stat().st_size > 10_000 and pdf.stat().st_size > 5_000
+
+
+def test_profile_without_traced_steps_says_how_to_get_them():
+    with pytest.raises(ValueError, match="trace=true"):
+        analyse_profiles([])
