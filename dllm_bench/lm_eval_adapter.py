@@ -85,6 +85,7 @@ class DllmBenchLM(LM):
         block_length: int = 32,
         chat: bool | None = None,
         batch_size: int | str = 1,
+        max_batch_size: int | None = None,
         mc_num: int = 128,
         mc_batch_size: int = 32,
         check_greedy: bool = False,
@@ -115,7 +116,8 @@ class DllmBenchLM(LM):
             raise ValueError(f"model={model!r}: no tokenizer next to the weights; lm-eval needs one")
         self.config = self.model.config
         self.chat = bool(self.config.is_instruct) if chat in (None, "None") else bool(chat)
-        self.batch_size = int(batch_size) if str(batch_size).isdigit() else 1
+        # lm-eval's "auto" batch sizing probes memory with HF models; here a string falls back to max_batch_size or 1
+        self.batch_size = int(batch_size) if str(batch_size).isdigit() else int(max_batch_size or 1)
         self.mc_num, self.mc_batch_size, self.check_greedy = int(mc_num), int(mc_batch_size), bool(check_greedy)
         self.temperature, self.confidence_precision = float(temperature), confidence_precision
         self.seed, self.stats_path = int(seed), stats_path

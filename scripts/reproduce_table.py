@@ -24,8 +24,9 @@ os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
 
 from dllm_bench.report.build import CellResult, resolve_table  # noqa: E402
 from dllm_bench.report.estimate import table_gpu_hours  # noqa: E402
+from dllm_bench.report.profile import analyse_profiles, plot_profile, profile_markdown, read_trace_steps  # noqa: E402
 from dllm_bench.report.render import write_table  # noqa: E402
-from dllm_bench.report.runs import find_runs_csv, override_list, read_runs  # noqa: E402
+from dllm_bench.report.runs import compose_config, find_runs_csv, override_list, read_runs  # noqa: E402
 from dllm_bench.report.tables import TABLES, TableSpec, get_table  # noqa: E402
 
 
@@ -65,12 +66,27 @@ def cuda_available() -> bool:
 
 
 def run_cell(spec: TableSpec, result: CellResult, results_dir: Path, limit: int | None) -> bool:
-    """Run one missing cell through the runner (`python -m dllm_bench.run`); True when it succeeded."""
-    cmd = [sys.executable, "-m", "dllm_bench.run", f"experiment={spec.preset}", *override_list(result.cell.overrides),
-           f"output_dir={results_dir}", "progress=false"]
+    """Run one missing cell through the runner; True when it succeeded.
+
+    GPU cells run as `python -m dllm_bench.run ...` (one process per 8B model, memory freed on exit); CPU
+    cells (the tiny model) call the runner's `execute` in this process, as Hydra's basic sweep launcher does,
+    which saves a torch start-up per cell.
+    """
+    extra = {"output_dir": str(results_dir), "progress": False}
     if limit is not None:
-        cmd.append(f"limit={limit}")
-    print("  $ " + " ".join(cmd[2:]), flush=True)
+        extra["limit"] = limit
+    overrides = {**result.cell.overrides, **extra}
+    print(f"  $ dllm-bench experiment={spec.preset} " + " ".join(override_list(overrides)), flush=True)
+    if not spec.needs_gpu:
+        from dllm_bench.runner.execute import execute
+
+        try:
+            execute(compose_config(spec.preset, overrides))
+            return True
+        except Exception as err:  # one failing cell must not stop the table
+            print(f"  run failed ({type(err).__name__}: {err}); the cell stays missing", flush=True)
+            return False
+    cmd = [sys.executable, "-m", "dllm_bench.run", f"experiment={spec.preset}", *override_list(overrides)]
     done = subprocess.run(cmd, cwd=REPO, env=RUN_ENV, check=False)
     if done.returncode != 0:
         print(f"  run failed (exit {done.returncode}); the cell stays missing", flush=True)
@@ -93,10 +109,31 @@ def build(spec: TableSpec, args: argparse.Namespace, can_gpu: bool) -> list[Cell
         print(f"[{spec.name}] {sum(ran)} of {len(ran)} run(s) done in {time.perf_counter() - start:.0f} s", flush=True)
         results = resolve_table(spec, read_runs(find_runs_csv(results_dir)), extra=args.extra)
     paths = write_table(spec, results, args.out)
+    if spec.paper is None:
+        write_profile(spec, results, results_dir, Path(args.out))
     counts = {s: sum(r.status == s for r in results) for s in ("ok", "missing", "unavailable")}
     print(f"[{spec.name}] cells: {counts['ok']} with runs, {counts['missing']} missing, "
           f"{counts['unavailable']} not runnable here -> {paths['md']}", flush=True)
     return results
+
+
+def write_profile(spec: TableSpec, results: list[CellResult], results_dir: Path, out: Path) -> None:
+    """Confidence-profile analysis of the table's traced Fréchet runs (all traced runs if none is Fréchet)."""
+    found = []
+    for r in results:
+        if r.aggregate is None or r.config is None:
+            continue
+        for run_id in r.aggregate.run_ids:
+            found.append((r.config["selector"]["name"], results_dir / r.config["name"] / run_id / "traces.jsonl"))
+    files = [p for name, p in found if name == "frechet" and p.is_file()] or [p for _, p in found if p.is_file()]
+    if not files:
+        print(f"[{spec.name}] no traces.jsonl in its runs: no confidence-profile analysis", flush=True)
+        return
+    analysis = analyse_profiles(read_trace_steps(files))
+    md = out / f"{spec.name}_profile.md"
+    md.write_text(profile_markdown(analysis), encoding="utf-8")
+    plot_profile(analysis, out.parent / "plots" / f"{spec.name}_profile", title=f"{spec.name}: {len(files)} run(s)")
+    print(f"[{spec.name}] confidence profiles of {len(files)} traced run(s) -> {md}", flush=True)
 
 
 def print_estimates(specs: list[TableSpec]) -> None:

@@ -138,16 +138,26 @@ def forbidden_token_ids(tokenizer: Any) -> tuple[int, ...]:
     return tuple(ids)
 
 
-def add_image_placeholders(text: str, n_images: int) -> str:
-    """``<image>`` placeholders before the text, as LLaVA's evaluation adds them when a prompt has none.
+USER_TURN = "<|start_header_id|>user<|end_header_id|>\n\n"  # LLaDA's chat template opens a user turn so
 
-    n placeholders joined by spaces, then a newline; a text that already holds ``<image>`` is kept as is.
+
+def add_image_placeholders(text: str, n_images: int) -> str:
+    """``<image>`` placeholders at the start of the (first user turn of the) text, as LLaVA's evaluation adds them.
+
+    lmms-eval writes ``"<image>\n" + question`` (n placeholders joined by spaces) when a question has none;
+    in an already chat-templated prompt they go right after the first user header. A text that already holds
+    ``<image>`` is kept as is.
     """
     if n_images < 0:
         raise ValueError(f"n_images={n_images}: expected >= 0")
     if n_images == 0 or IMAGE_TOKEN in text:
         return text
-    return " ".join([IMAGE_TOKEN] * n_images) + "\n" + text
+    tags = " ".join([IMAGE_TOKEN] * n_images) + "\n"
+    at = text.find(USER_TURN)
+    if at < 0:
+        return tags + text
+    at += len(USER_TURN)
+    return text[:at] + tags + text[at:]
 
 
 class SiglipTower(nn.Module):
@@ -317,16 +327,21 @@ class LLaDAV(nn.Module):
         prompts: Sequence[str | Sequence[int]],
         images: Sequence[Sequence[Image.Image]],
         gen_length: int,
+        add_placeholders: bool = True,
     ) -> MultimodalBatch:
         """Left-padded decoder inputs with every ``<image>`` expanded and the image embeddings ready.
 
         ``prompts``: rendered prompt texts (or ids from :meth:`encode_prompt`); ``images[i]``: row i's images,
-        one per placeholder, in order. The vision tower runs once here; the result serves every forward.
+        one per placeholder, in order. A text prompt with images but no ``<image>`` gets them at the start of
+        its user turn (:func:`add_image_placeholders`) unless ``add_placeholders`` is false. The vision tower
+        runs once here; the result serves every forward.
         """
         if len(prompts) != len(images):
             raise ValueError(f"{len(prompts)} prompts but {len(images)} image lists; give one list per prompt")
         if not isinstance(gen_length, int) or gen_length < 0:
             raise ValueError(f"gen_length={gen_length!r}: expected a non-negative int")
+        if add_placeholders:
+            prompts = [add_image_placeholders(p, len(im)) if isinstance(p, str) else p for p, im in zip(prompts, images)]
         id_rows = [self.encode_prompt(p) if isinstance(p, str) else list(p) for p in prompts]
         for i, (ids, imgs) in enumerate(zip(id_rows, images)):
             n_slots = ids.count(IMAGE_PLACEHOLDER_ID)

@@ -105,9 +105,9 @@ def decode_batch(engine: Engine, task: Task, docs: list[dict], indices: list[int
     texts = [completion_texts(g.ids, engine.tokenizer, engine.stop_token_ids, stop_strings) for g in gens]
     _sync()
     latency = time.perf_counter() - start
+    scores = task.score_many([text for text, _ in texts], docs)  # code tasks run their programs in parallel
     rows, traces = [], []
-    for doc, index, prompt, gen, (text, raw) in zip(docs, indices, prompts, gens, texts):
-        score = task.score(text, doc)
+    for doc, index, prompt, gen, (text, raw), score in zip(docs, indices, prompts, gens, texts, scores):
         counts = {f"tokens_{rule}": int(gen.token_counts[key]) for rule, key in COUNT_KEYS.items()}
         counted = counts[f"tokens_{c['count_rule']}"]
         rows.append({
@@ -143,7 +143,10 @@ def _decode_shard(engine: Engine, task: Task, all_docs: list[dict], mine: list[i
     for _ in range(int(c.get("warmup", 0))):  # compiles kernels, fills allocator caches; never timed or kept
         _seed_everything(int(c["seed"]))
         decode_batch(engine, task, [all_docs[i] for i in batches[0]], batches[0], c, ctx.rank)
-    bar = RunProgress(total=total, initial=already, desc=f"{c['selector']['name']}/{c['cache']['name']}",
+    desc = f"{c['selector']['name']}/{c['cache']['name']}"
+    if ctx.world_size > 1:  # rank 0 shows its own shard
+        total, already, desc = len(mine), 0, f"{desc} [rank 0 of {ctx.world_size}]"
+    bar = RunProgress(total=total, initial=already, desc=desc,
                       enabled=bool(c.get("progress", True)) and ctx.is_main, count_rule=c["count_rule"])
     try:
         for batch in batches:

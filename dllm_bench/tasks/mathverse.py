@@ -95,7 +95,10 @@ def _same_text(a: str, b: str) -> bool:
 
 
 def _math_equal(pred: str, gold: str) -> bool:
+    import threading
+
     from math_verify import parse, verify
 
-    g, p = parse(f"${gold}$"), parse(f"${pred}$")
-    return bool(g and p and verify(g, p))
+    limit = 5 if threading.current_thread() is threading.main_thread() else None  # SIGALRM: main thread only
+    g, p = parse(f"${gold}$", parsing_timeout=limit), parse(f"${pred}$", parsing_timeout=limit)
+    return bool(g and p and verify(g, p, timeout_seconds=limit))

@@ -73,12 +73,16 @@ def minerva_final_answer(completion: str) -> str | None:
 
 def math_equivalent(gold_latex: str, completion: str) -> tuple[bool, str | None]:
     """Is the completion's final answer equal to gold? (math-verify's extraction and equivalence)."""
+    import threading
+
     from math_verify import parse, verify
 
-    gold = parse(f"$\\boxed{{{gold_latex}}}$")
-    pred = parse(completion)
+    # math-verify's time limits use SIGALRM, which exists only in the main thread
+    limit = 5 if threading.current_thread() is threading.main_thread() else None
+    gold = parse(f"$\\boxed{{{gold_latex}}}$", parsing_timeout=limit)
+    pred = parse(completion, parsing_timeout=limit)
     extracted = pred[-1] if pred else None
-    return bool(gold and pred and verify(gold, pred)), extracted
+    return bool(gold and pred and verify(gold, pred, timeout_seconds=limit)), extracted
 
 
 class MinervaMath(Task):

@@ -20,11 +20,13 @@ def build_tiny_tokenizer(flavour: str) -> Any:
 
 
 def build_tiny_model(
-    flavour: str, tokenizer: Any, *, d_model: int, n_layers: int, n_heads: int, mlp_hidden_size: int
+    flavour: str, tokenizer: Any, *, d_model: int, n_layers: int, n_heads: int, mlp_hidden_size: int,
+    llada_qkv_bias: bool = False,
 ) -> DiffusionLM:
     """A fresh network whose config (``model.config.raw``) is the real schema's config.json for the flavour.
 
-    Dream gets grouped-query attention (half as many K/V heads) and q/k/v biases, as Dream-7B has.
+    Dream gets grouped-query attention (half as many K/V heads) and q/k/v biases, as Dream-7B has; LLaDA
+    gets q/k/v biases only when asked (the schema's ``include_qkv_bias``; LLaDA-8B has none).
     """
     n_kv_heads = n_heads if flavour == "llada" else max(1, n_heads // 2)
     hf = hf_config_for(
@@ -32,6 +34,8 @@ def build_tiny_model(
         mlp_hidden_size=mlp_hidden_size, rope_theta=TINY_ROPE_THETA,
         max_sequence_length=TINY_MAX_SEQUENCE_LENGTH, instruct=True,
     )
+    if flavour == "llada" and llada_qkv_bias:
+        hf["include_qkv_bias"] = True
     hf["_name_or_path"] = f"dllm-bench/tiny_{flavour}"
     config = ModelConfig.from_hf_config(hf, name_or_path=hf["_name_or_path"])
     config.eot_token_id = tokenizer.convert_tokens_to_ids(EOT_TOKEN[flavour])

@@ -55,6 +55,7 @@ class TrainConfig:
     n_layers: int = 4
     n_heads: int = 4
     mlp_hidden_size: int = 384
+    llada_qkv_bias: bool = False  # LLaDA schema's include_qkv_bias (Dream always has q/k/v biases)
     threads: int = 2
     log_every: int = 25
     save_every: int = 200
@@ -127,7 +128,8 @@ def train(cfg: TrainConfig, out_dir: Path, state_path: Path, resume: bool = Fals
     torch.manual_seed(cfg.seed)
     tokenizer = build_tiny_tokenizer(cfg.flavour)
     model = build_tiny_model(cfg.flavour, tokenizer, d_model=cfg.d_model, n_layers=cfg.n_layers,
-                             n_heads=cfg.n_heads, mlp_hidden_size=cfg.mlp_hidden_size)
+                             n_heads=cfg.n_heads, mlp_hidden_size=cfg.mlp_hidden_size,
+                             llada_qkv_bias=cfg.llada_qkv_bias)
     init_weights(model, cfg.n_layers)
     mcfg = model.config
     decay = [p for p in model.parameters() if p.dim() >= 2]
@@ -211,13 +213,16 @@ def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, Path, Path, 
         ap.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name))
     for name in ("lr", "weight_decay", "eps"):
         ap.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(defaults, name))
+    ap.add_argument("--llada-qkv-bias", action="store_true", help="LLaDA schema's include_qkv_bias")
     ap.add_argument("--out", type=Path, default=None, help="checkpoint dir (default: checkpoints/tiny_<flavour>)")
-    ap.add_argument("--resume", action="store_true", help="continue from outputs/tiny_train/<flavour>/state.pt")
+    ap.add_argument("--state", type=Path, default=None,
+                    help="resumable state file (default: outputs/tiny_train/<flavour>/state.pt)")
+    ap.add_argument("--resume", action="store_true", help="continue from the state file")
     args = vars(ap.parse_args(argv))
-    out, resume = args.pop("out"), args.pop("resume")
+    out, state, resume = args.pop("out"), args.pop("state"), args.pop("resume")
     cfg = TrainConfig(**args)
     out = out or CHECKPOINT_ROOT / f"tiny_{cfg.flavour}"
-    return cfg, out, STATE_ROOT / cfg.flavour / "state.pt", resume
+    return cfg, out, state or STATE_ROOT / cfg.flavour / "state.pt", resume
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -83,8 +83,8 @@ def test_frechet_hand_case_and_terms():
     assert torch.allclose(core, t([0.8, 0.4, -0.2]))  # bonus = 0, 0.1, 0.3 = sum(c_j - c_n)
     assert frechet_commit_mask(conf, cand, 0.25).tolist() == [[False, True, True]]
     assert frechet_commit_mask(conf, cand, 0.05).tolist() == [[True, True, True]]
-    # factor with f = 1 - delta = 0.75 commits only the first here: Fréchet's heterogeneity bonus
-    assert factor_commit_mask(conf, cand, 0.75).sum().item() == 1
+    # factor with f = 1 - 0.05 stops at n = 2 ((3+1)(1-0.7) = 1.2): Fréchet's heterogeneity bonus takes the third
+    assert factor_commit_mask(conf, cand, 0.95).sum().item() == 2
 
 
 def test_frechet_ties_commit_lower_positions_first():
@@ -152,7 +152,7 @@ RULES = {
 
 
 @pytest.mark.parametrize("rule", sorted(RULES))
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(profiles())
 def test_every_rule_commits_a_descending_prefix_of_candidates_and_at_least_one(rule, profile):
     conf, cand, delta = profile
@@ -162,7 +162,7 @@ def test_every_rule_commits_a_descending_prefix_of_candidates_and_at_least_one(r
     assert _is_descending_prefix(conf, cand, commit)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(profiles())
 def test_frechet_commits_at_least_as_many_as_factor_one_minus_delta(profile):
     conf, cand, delta = profile
@@ -171,7 +171,7 @@ def test_frechet_commits_at_least_as_many_as_factor_one_minus_delta(profile):
     assert (fr >= fa).all()
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(st.integers(1, 16), st.integers(0, GRID), st.integers(0, GRID - 1))
 def test_frechet_with_equal_confidences_equals_factor(length, level, delta_units):
     conf = torch.full((1, length), level / GRID, dtype=D)

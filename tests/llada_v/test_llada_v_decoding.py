@@ -11,7 +11,7 @@ from PIL import Image
 from dllm_bench.decoding import build_cache, build_policy, build_selector, generate
 from dllm_bench.models.llada_v import LLaDAV, add_image_placeholders, forbidden_token_ids
 
-GEN, BLOCK, STEPS = 16, 8, 8
+GEN, BLOCK, STEPS = 8, 4, 4
 SELECTORS = {
     "topk": ({}, STEPS),
     "threshold": ({"tau": 0.9}, None),
@@ -94,22 +94,12 @@ def test_dllm_cache_runs_with_images(tiny_llada_v: LLaDAV, png_images: list[Path
     assert out.shape == (3, GEN) and not (out == tiny_llada_v.config.mask_token_id).any()
 
 
-def test_the_image_changes_the_answer(tiny_llada_v: LLaDAV, png_images: list[Path]) -> None:
-    m = tiny_llada_v
-    prompt = m.tokenizer.apply_chat_template([{"role": "user", "content": "<image>\nWhat is it?"}], tokenize=False)
-    outs = []
-    for path in (png_images[0], png_images[4]):
-        b = m.build_inputs([prompt], [[Image.open(path)]], gen_length=GEN)
-        outs.append(generate(m, b.input_ids, b.attention_mask, gen_length=GEN, block_length=BLOCK,
-                             policy=build_policy("blocks", steps=GEN), selector=build_selector("topk"),
-                             model_kwargs=b.model_kwargs).tokens)
-    assert not torch.equal(outs[0], outs[1])
-
-
 def test_placeholders_and_forbidden_ids() -> None:
     assert add_image_placeholders("Q?", 2) == "<image> <image>\nQ?"
     assert add_image_placeholders("<image>\nQ?", 1) == "<image>\nQ?"
     assert add_image_placeholders("Q?", 0) == "Q?"
+    chat = "<|startoftext|><|start_header_id|>user<|end_header_id|>\n\nQ?<|eot_id|>"
+    assert add_image_placeholders(chat, 1) == "<|startoftext|><|start_header_id|>user<|end_header_id|>\n\n<image>\nQ?<|eot_id|>"
     from transformers import PreTrainedTokenizerFast
 
     real = Path(__file__).parent.parent / "fixtures" / "reference_configs" / "llada-8b-instruct"

@@ -185,7 +185,9 @@ def test_build_inputs_places_each_image_at_its_placeholder(tiny_llada_v: LLaDAV,
 def test_build_inputs_refuses_mismatched_images(tiny_llada_v: LLaDAV, png_images: list[Path]) -> None:
     img = Image.open(png_images[0])
     with pytest.raises(ValueError, match=r"prompt 0 has 0 '<image>' placeholder\(s\) but 1 image"):
-        tiny_llada_v.build_inputs([_prompt(tiny_llada_v, "x", False)], [[img]], gen_length=4)
+        tiny_llada_v.build_inputs([_prompt(tiny_llada_v, "x", False)], [[img]], gen_length=4, add_placeholders=False)
+    with pytest.raises(ValueError, match=r"prompt 0 has 2 '<image>' placeholder\(s\) but 1 image"):
+        tiny_llada_v.build_inputs(["<image><image>x"], [[img]], gen_length=4)
     with pytest.raises(ValueError, match="2 prompts but 1 image lists"):
         tiny_llada_v.build_inputs(["a", "b"], [[]], gen_length=4)
     with pytest.raises(ValueError, match="image_where and image_embeds together"):
@@ -222,3 +224,12 @@ def test_language_config_rejects_other_model_types() -> None:
         VisionSettings.from_hf_config({"mm_vision_select_layer": -30})
     with pytest.raises(ValueError, match="mm_projector_type 'identity'"):
         VisionSettings.from_hf_config({"mm_projector_type": "identity"})
+
+
+def test_missing_placeholder_goes_to_the_start_of_the_user_turn(tiny_llada_v: LLaDAV, png_images: list[Path]) -> None:
+    """lmms-eval writes '<image>\\n' + question when the question has none; the result is the same input."""
+    m, img = tiny_llada_v, Image.open(png_images[0])
+    auto = m.build_inputs([_prompt(m, "What is it?", False)], [[img]], gen_length=4)
+    explicit = m.build_inputs([_prompt(m, "What is it?", True)], [[img]], gen_length=4)
+    assert torch.equal(auto.input_ids, explicit.input_ids)
+    assert torch.equal(auto.model_kwargs["image_where"], explicit.model_kwargs["image_where"])

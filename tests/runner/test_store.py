@@ -84,3 +84,12 @@ def test_run_id_ignores_bookkeeping_keys_only():
 
 def test_flatten_dotted_keys():
     assert flatten({"a": 1, "b": {"c": 2, "d": {"e": [1, 2]}}}) == {"a": 1, "b.c": 2, "b.d.e": json.dumps([1, 2])}
+
+
+def test_progress_postfix_shows_running_accuracy_nfe_and_throughput():
+    from dllm_bench.runner.progress import RunProgress
+
+    bar = RunProgress(total=4, initial=0, desc="t", enabled=True, count_rule="cut")
+    bar.update([row(0, True), row(1, False)])
+    assert bar.bar.n == 2 and bar.bar.postfix == "acc=0.500, nfe=4.5, tok_s=20.0"
+    bar.close()

@@ -98,3 +98,15 @@ def test_pluggable_judge(mathverse, mathvista):
     judged = get_task("mathverse", data_dir=mathverse.config.data_dir, judge=lambda completion, d: d["answer"])
     assert judged.score("unparseable rambling", doc).correct
     assert not mathverse.score("unparseable rambling", doc).correct
+
+
+def test_math_scoring_works_off_the_main_thread(math500):
+    """math-verify's SIGALRM time limit is unavailable in threads; scoring must still work there."""
+    import threading
+
+    docs = math500.docs()[:3]
+    verdicts = []
+    thread = threading.Thread(target=lambda: verdicts.extend(math500.score(d["solution"], d).correct for d in docs))
+    thread.start()
+    thread.join()
+    assert verdicts == [True, True, True]

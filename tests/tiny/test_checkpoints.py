@@ -1,0 +1,60 @@
+"""The shipped tiny checkpoints load through load_model and solve held-out puzzles with the decoding engine."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from dllm_bench.decoding import build_cache, build_policy, build_selector, generate
+from dllm_bench.models import load_model
+from dllm_bench.tasks.chat import render_prompt
+from dllm_bench.tasks.sudoku import SudokuTask
+from dllm_bench.tiny.encoding import DEFAULT_GEN_LENGTH, encode_batch
+
+CHECKPOINTS = Path(__file__).resolve().parents[2] / "dllm_bench" / "tiny" / "checkpoints"
+N = 16
+
+
+@pytest.fixture(scope="module", params=["llada", "dream"])
+def shipped(request):
+    torch.set_num_threads(1)
+    model = load_model(CHECKPOINTS / f"tiny_{request.param}", device="cpu")
+    task = SudokuTask(limit=N)
+    return request.param, model, task, task.docs()
+
+
+def test_checkpoint_files_and_size(shipped):
+    flavour, model, _, _ = shipped
+    directory = CHECKPOINTS / f"tiny_{flavour}"
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "MODEL_CARD.md"):
+        assert (directory / name).is_file(), name
+    assert (directory / "model.safetensors").stat().st_size <= 15 * 2**20
+    assert model.config.flavour == flavour and model.config.is_instruct
+    assert model.config.tensor_naming == ("olmo" if flavour == "llada" else "llama")
+
+
+def test_runner_prompt_text_tokenizes_to_the_training_prompt(shipped):
+    _, model, task, docs = shipped
+    tok = model.tokenizer
+    prompts, _ = encode_batch(tok, model.config, [d["puzzle"] for d in docs], [d["solution"] for d in docs],
+                              DEFAULT_GEN_LENGTH)
+    for doc, ids in zip(docs, prompts):
+        assert tok.encode(render_prompt(task, doc, tok, chat=True), add_special_tokens=False) == ids.tolist()
+
+
+@pytest.mark.parametrize("selector, cache, min_solved", [
+    ("topk", "none", N - 1),       # sequential: one cell per step
+    ("threshold", "dual", N - 3),  # tau 0.9 with the dual KV cache
+])
+def test_engine_solves_held_out_puzzles(shipped, selector, cache, min_solved):
+    _, model, task, docs = shipped
+    tok = model.tokenizer
+    prompts, _ = encode_batch(tok, model.config, [d["puzzle"] for d in docs], [d["solution"] for d in docs],
+                              DEFAULT_GEN_LENGTH)
+    steps = DEFAULT_GEN_LENGTH if selector == "topk" else None
+    out = generate(model, prompts, torch.ones_like(prompts), gen_length=DEFAULT_GEN_LENGTH,
+                   block_length=DEFAULT_GEN_LENGTH, policy=build_policy("blocks", steps=steps),
+                   selector=build_selector(selector), cache=build_cache(cache), early_stop=True)
+    texts = tok.batch_decode(out.tokens, skip_special_tokens=False)
+    solved = sum(task.score(t, d).correct for t, d in zip(texts, docs))
+    assert solved >= min_solved, texts
