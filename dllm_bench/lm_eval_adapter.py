@@ -125,16 +125,25 @@ class DllmBenchLM(LM):
         self.stats = DecodingStats()
         self._lm_eval_templated = False
 
-    # -- distributed plumbing (accelerate launch) -------------------------------------------------
+    # -- distributed plumbing (accelerate launch / torchrun set WORLD_SIZE, RANK, LOCAL_RANK, MASTER_*) --------
     def _setup_distributed(self, device: str | None) -> None:
         world = int(os.environ.get("WORLD_SIZE", "1"))
-        self.accelerator = None
-        if world > 1:
-            import accelerate
+        self._distributed = world > 1
+        if self._distributed:
+            import torch.distributed as dist
 
-            self.accelerator = accelerate.Accelerator()
-            self._rank, self._world_size = self.accelerator.process_index, self.accelerator.num_processes
-            self._device = str(self.accelerator.device)
+            cuda = torch.cuda.is_available()
+            if not dist.is_initialized():
+                dist.init_process_group(backend="nccl" if cuda else "gloo")
+            self._rank, self._world_size = dist.get_rank(), dist.get_world_size()
+            local = int(os.environ.get("LOCAL_RANK", self._rank))
+            self._device = f"cuda:{local}" if cuda else "cpu"
+            if cuda:
+                torch.cuda.set_device(local)
+        elif device and device.startswith("cuda") and not torch.cuda.is_available():
+            # lm-eval's CLI passes --device cuda by default, also on machines without a GPU
+            log.warning("device=%r requested but CUDA is not available; using cpu", device)
+            self._device = "cpu"
         else:
             self._device = device or ("cuda" if torch.cuda.is_available() else "cpu")
 
@@ -143,18 +152,28 @@ class DllmBenchLM(LM):
         return torch.device(self._device)
 
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
-        return tensor if self.accelerator is None else self.accelerator.gather(tensor)
+        if not self._distributed:
+            return tensor
+        import torch.distributed as dist
+
+        parts = [torch.empty_like(tensor) for _ in range(self.world_size)]
+        dist.all_gather(parts, tensor.contiguous())
+        return torch.stack(parts) if tensor.dim() == 0 else torch.cat(parts)
 
     def gather_object(self, obj: Any, dst: int = 0) -> list[Any] | None:
-        if self.accelerator is None:
+        if not self._distributed:
             return [obj]
+        import torch.distributed as dist
+
         result = [None] * self.world_size if self.rank == dst else None
-        torch.distributed.gather_object(obj=obj, object_gather_list=result, dst=dst)
+        dist.gather_object(obj, result, dst=dst)
         return result
 
     def barrier(self) -> None:
-        if self.accelerator is not None:
-            self.accelerator.wait_for_everyone()
+        if self._distributed:
+            import torch.distributed as dist
+
+            dist.barrier()
 
     # -- chat templates ----------------------------------------------------------------------------
     @property

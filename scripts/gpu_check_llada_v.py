@@ -57,7 +57,7 @@ def build_model(shape: str, device: torch.device, dtype: torch.dtype) -> LLaDAV:
     config.bos_token_id, config.eot_token_id = LLADA_IDS["bos"], LLADA_IDS["eot"]  # what the tokenizer fills in
     with torch.device("meta"):
         model = LLaDAV(config, VisionSettings.from_hf_config(raw))
-    model = model.to_empty(device=device).to(dtype)
+    model = model.to(dtype).to_empty(device=device)  # allocate once, already in the target dtype
     gen = torch.Generator(device=device).manual_seed(0)
     with torch.no_grad():
         for name, p in model.named_parameters():

@@ -24,6 +24,7 @@ os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
 
 from dllm_bench.report.build import CellResult, resolve_table  # noqa: E402
 from dllm_bench.report.estimate import table_gpu_hours  # noqa: E402
+from dllm_bench.report.pareto import plot_frontiers, published_points, run_points  # noqa: E402
 from dllm_bench.report.profile import analyse_profiles, plot_profile, profile_markdown, read_trace_steps  # noqa: E402
 from dllm_bench.report.render import write_table  # noqa: E402
 from dllm_bench.report.runs import compose_config, find_runs_csv, override_list, read_runs  # noqa: E402
@@ -109,12 +110,29 @@ def build(spec: TableSpec, args: argparse.Namespace, can_gpu: bool) -> list[Cell
         print(f"[{spec.name}] {sum(ran)} of {len(ran)} run(s) done in {time.perf_counter() - start:.0f} s", flush=True)
         results = resolve_table(spec, read_runs(find_runs_csv(results_dir)), extra=args.extra)
     paths = write_table(spec, results, args.out)
+    write_frontiers(spec, results, results_dir, Path(args.out).parent / "plots")
     if spec.paper is None:
         write_profile(spec, results, results_dir, Path(args.out))
     counts = {s: sum(r.status == s for r in results) for s in ("ok", "missing", "unavailable")}
     print(f"[{spec.name}] cells: {counts['ok']} with runs, {counts['missing']} missing, "
           f"{counts['unavailable']} not runnable here -> {paths['md']}", flush=True)
     return results
+
+
+def write_frontiers(spec: TableSpec, results: list[CellResult], results_dir: Path, plots: Path) -> None:
+    """Pareto plot per task of the table's runs, with the table's published points of that task overlaid."""
+    ids = {run_id for r in results if r.aggregate for run_id in r.aggregate.run_ids}
+    if not ids:
+        return
+    runs = read_runs(find_runs_csv(results_dir))
+    runs = runs[runs["run_id"].isin(ids)].drop_duplicates("run_id")
+    for task, group in runs.groupby("task.name"):
+        published = [r.cell.published for r in results if r.cell.published is not None
+                     and r.cell.overrides.get("task") == task]
+        stem = plots / (f"{spec.name}_pareto" if runs["task.name"].nunique() == 1 else f"{spec.name}_{task}_pareto")
+        written = plot_frontiers(run_points(group), stem, published_points(published) or None,
+                                 title=f"{spec.title} ({task})")
+        print(f"[{spec.name}] Pareto plot -> {written[0]}", flush=True)
 
 
 def write_profile(spec: TableSpec, results: list[CellResult], results_dir: Path, out: Path) -> None:

@@ -46,17 +46,21 @@ def cell_command(spec: TableSpec, cell: Cell) -> str:
     return " ".join(parts)
 
 
-def runner_refusal(config: dict[str, Any]) -> str | None:
-    """The runner's validation message for a config it would refuse, else None (reads no weights)."""
+def runner_check(config: dict[str, Any]) -> tuple[bool, str | None]:
+    """(refused, message) from the runner's validation, which reads no weights.
+
+    A ConfigError is a refusal; any other failure (e.g. task data unreachable while offline) is only noted,
+    since the run itself may still succeed where the data can be fetched.
+    """
     from dllm_bench.runner.validate import ConfigError, validate_config
 
     try:
         validate_config(config)
     except ConfigError as err:
-        return f"the runner refuses this setting: {err}"
-    except Exception as err:  # e.g. a task module that is not implemented: report it, keep building
-        return f"the runner cannot check this setting ({type(err).__name__}: {err})"
-    return None
+        return True, f"the runner refuses this setting: {err}"
+    except Exception as err:
+        return False, f"the runner could not check this setting here ({type(err).__name__}: {err})"
+    return False, None
 
 
 def resolve_table(
@@ -95,11 +99,12 @@ def resolve_table(
         if not rows.empty:
             results.append(CellResult(cell, "ok", aggregate_runs(rows), command, None, config))
             continue
-        refusal = runner_refusal(config)
-        if refusal is not None:
-            results.append(CellResult(cell, "unavailable", None, command, refusal, config))
+        refused, message = runner_check(config)
+        if refused:
+            results.append(CellResult(cell, "unavailable", None, command, message, config))
         else:
             reason = "needs a GPU (8B model)" if spec.needs_gpu else "not run yet"
+            reason += f"; {message}" if message else ""
             results.append(CellResult(cell, "missing", None, command, reason, config))
     return results
 

@@ -26,9 +26,9 @@ MODEL_OPTIONS: dict[str, str | None] = {
     "LLaMA3-8B": None,
 }
 TASK_OPTIONS = {
-    "gsm8k": "gsm8k", "math": "math500", "humaneval": "humaneval", "mbpp": "mbpp",
+    "gsm8k": "gsm8k", "math": "minerva_math", "humaneval": "humaneval", "mbpp": "mbpp",
     "mathvista": "mathvista", "mathverse": "mathverse",
-    "gpqa": "gpqa", "bbh": "bbh", "mmlu": "mmlu", "mmlu_pro": "mmlu_pro",
+    "gpqa": "gpqa_main", "bbh": "bbh", "mmlu": "mmlu", "mmlu_pro": "mmlu_pro",
 }
 TASK_LABELS = {
     "gsm8k": "GSM8K", "math": "MATH", "humaneval": "HumanEval", "mbpp": "MBPP", "mathvista": "MathVista",
@@ -396,8 +396,6 @@ def cell_for_row(spec: TableSpec, row: PublishedRow, conf_dir: Path = CONF_DIR) 
     overrides.update(paper_overrides)
     overrides.setdefault("count_rule", _count_rule(row))
     notes.extend(paper_notes)
-    if row["task"] == "math":
-        notes.append("MATH: the harness task is math500 (the papers' minerva_math ran all 5000 problems)")
     unavailable = None
     if not task_available(task, conf_dir):
         unavailable = f"no task '{task}' in this harness (conf/task/{task}.yaml missing)"

@@ -25,11 +25,26 @@ class DistContext:
         return self.rank == 0
 
 
+def export_submitit_env() -> bool:
+    """Inside a submitit SLURM job with several tasks (hydra.launcher.tasks_per_node > 1), set the torchrun
+    variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) from SLURM's; True if it did."""
+    if "WORLD_SIZE" in os.environ or os.environ.get("SUBMITIT_EXECUTOR") != "slurm":
+        return False
+    if int(os.environ.get("SLURM_NTASKS", "1")) <= 1:
+        return False
+    from submitit.helpers import TorchDistributedEnvironment
+
+    TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+    return True
+
+
 def init_distributed() -> DistContext:
-    """Read RANK/WORLD_SIZE/LOCAL_RANK (set by torchrun and accelerate) and join the gloo group.
+    """Read RANK/WORLD_SIZE/LOCAL_RANK (set by torchrun, accelerate launch, or a multi-task submitit job)
+    and join the gloo group.
 
     Only barriers cross processes (results travel through files), so gloo serves CPU and GPU runs alike.
     """
+    export_submitit_env()
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return DistContext()

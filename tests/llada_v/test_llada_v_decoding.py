@@ -116,3 +116,35 @@ def test_placeholders_and_forbidden_ids() -> None:
 
     assert forbidden_token_ids(Vocab()) == (126080, 126081, 126346, 126347)
     assert PreTrainedTokenizerFast is not None
+
+
+def test_real_mathvista_rows_end_to_end(tiny_llada_v: LLaDAV, tmp_path: Path) -> None:
+    """Real testmini rows -> tasks-layer prompt -> images from a folder -> LLaDA-V inputs -> decode -> score."""
+    import json
+
+    from llada_v_images import write_png
+
+    from dllm_bench.tasks import get_task
+    from dllm_bench.tasks.chat import render_prompt
+    from dllm_bench.tasks.images import DocImages
+
+    data = Path(__file__).parent.parent / "fixtures" / "tasks" / "mathvista" / "testmini.json"
+    rows = json.loads(data.read_text())
+    for pid in list(rows)[:3]:
+        meta, path = rows[pid]["metadata"], tmp_path / rows[pid]["image"]
+        path.parent.mkdir(exist_ok=True)
+        write_png(path, max(1, meta["img_width"] // 16), max(1, meta["img_height"] // 16), seed=int(pid))
+    task = get_task("mathvista", data_dir=str(data.parent), limit=3)
+    docs = task.docs()
+    images = DocImages(tmp_path, hub=None)
+    m = tiny_llada_v
+    prompts = [render_prompt(task, doc, m.tokenizer, chat=True) for doc in docs]
+    batch = m.build_inputs(prompts, [images(d) for d in docs], gen_length=GEN)
+    assert [len(t) for t in batch.image_tokens] == [1, 1, 1]
+    out = generate(m, batch.input_ids, batch.attention_mask, gen_length=GEN, block_length=GEN,
+                   policy=build_policy("blocks"), selector=build_selector("frechet", delta=0.25),
+                   cache=build_cache("prefix", refresh_every=4), forbidden_token_ids=forbidden_token_ids(m.tokenizer),
+                   model_kwargs=batch.model_kwargs)
+    for doc, ids in zip(docs, out.tokens.tolist()):
+        score = task.score(m.tokenizer.decode(ids, skip_special_tokens=True), doc)
+        assert score.gold == doc["answer"]

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-import pytest
 from hydra import compose, initialize_config_dir
-from hydra.errors import MissingConfigException
 
 from dllm_bench.report.build import cell_command
 from dllm_bench.report.runs import compose_configs, identity
@@ -34,7 +32,6 @@ def test_printed_commands_compose_to_the_cells_config():
             assert identity(flatten(got))["batch_size"] == (8 if spec.name == "tiny" else 1)
 
 
-def test_gpqa_preset_fails_loudly_not_silently():
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        with pytest.raises(MissingConfigException, match="gpqa"):
-            compose(config_name="config", overrides=["experiment=slowfast_t4"])
+def test_a_cell_the_harness_cannot_run_says_why():
+    llama = [c for c in table_cells(TABLES["slowfast_t4"]) if c.published["model"] == "LLaMA3-8B"]
+    assert len(llama) == 1 and "not a diffusion model" in llama[0].unavailable and not llama[0].overrides

@@ -37,8 +37,7 @@ def test_multirun_over_delta_writes_one_run_per_value(monkeypatch, llada_overrid
 
 
 def test_joblib_launcher_runs_jobs_in_parallel_processes(monkeypatch, llada_overrides, tmp_path):
-    run_app(monkeypatch, "--multirun", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
-            "hydra.launcher.backend=multiprocessing", *llada_overrides,  # forked workers: no re-import
+    run_app(monkeypatch, "--multirun", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", *llada_overrides,
             "name=joblib", "limit=2", "batch_size=2", "warmup=0", "selector=threshold,factor")
     rows = runs_csv(tmp_path / "results", "joblib")
     assert sorted(r["selector.name"] for r in rows) == ["factor", "threshold"]

@@ -93,3 +93,23 @@ def test_progress_postfix_shows_running_accuracy_nfe_and_throughput():
     bar.update([row(0, True), row(1, False)])
     assert bar.bar.n == 2 and bar.bar.postfix == "acc=0.500, nfe=4.5, tok_s=20.0"
     bar.close()
+
+
+def test_multi_task_submitit_job_exports_torchrun_variables(monkeypatch):
+    from dllm_bench.runner.sharding import export_submitit_env
+
+    for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.setenv(key, "unset")  # records the original state, so teardown removes what export sets
+        monkeypatch.delenv(key)
+    env = {"SUBMITIT_EXECUTOR": "slurm", "SLURM_JOB_ID": "42", "SLURM_NTASKS": "4", "SLURM_PROCID": "3",
+           "SLURM_LOCALID": "1", "SLURM_NODEID": "1", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "gpu[01-02]"}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert export_submitit_env()
+    import os
+
+    assert (os.environ["RANK"], os.environ["WORLD_SIZE"], os.environ["LOCAL_RANK"]) == ("3", "4", "1")
+    assert os.environ["MASTER_ADDR"] == "gpu01"
+    monkeypatch.setenv("SLURM_NTASKS", "1")
+    monkeypatch.delenv("WORLD_SIZE")
+    assert not export_submitit_env()

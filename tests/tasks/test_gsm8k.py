@@ -23,7 +23,7 @@ def test_gold_rationale_scores_correct_and_perturbed_wrong(gsm8k):
 
 @pytest.mark.parametrize("completion", [
     "She makes 9 * 2 = $18 a day.\n#### 18", "The answer is 18.", "So she earns $18", "#### 18\n\n",
-    "The answer is $18.", "Eggs: 16 - 3 - 4 = 9, so 9 * 2 = 18",
+    "The answer is $18.", "Eggs: 16 - 3 - 4 = 9, so 9 * 2 = 18", "so she makes $\\boxed{18}$ dollars",
 ])
 def test_model_formats_of_the_right_answer(gsm8k, completion):
     doc = gsm8k.docs()[0]  # Janet's ducks: 18
