@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import csv
+import multiprocessing as mp
 import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,20 +41,27 @@ TABLE_COLUMNS = ("method", "param", "cache", "accuracy", "ci95", "nfe_mean", "to
                  "latency_s_mean", "run_id")
 
 
-def sweep(limit: int, output_dir: Path, extra: list[str]) -> list[dict]:
-    """Run every method x cache in this process (the model loads once); one summary dict per run."""
-    table = []
+def run_one(job: tuple[str, str, list[str], str, int, Path, list[str]]) -> dict:
+    """One method x cache run (in a worker process; each worker loads the model once)."""
+    method, param, overrides, cache, limit, output_dir, extra = job
+    start = time.perf_counter()
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        for method, param, overrides in METHODS:
-            for cache in CACHES:
-                cfg = compose("config", overrides=["experiment=demo", f"output_dir={output_dir}", f"limit={limit}",
-                                                   f"cache={cache}", *overrides, *extra])
-                start = time.perf_counter()
-                row = execute(cfg)
-                print(f"  {method:<10} {param:<13} cache={cache:<4} acc={row['accuracy']:.3f} "
-                      f"NFE={row['nfe_mean']:.2f} ({time.perf_counter() - start:.1f}s)", flush=True)
-                table.append({"method": method, "param": param, "cache": cache, **row})
-    return table
+        cfg = compose("config", overrides=["experiment=demo", f"output_dir={output_dir}", f"limit={limit}",
+                                           f"cache={cache}", *overrides, *extra])
+    row = execute(cfg)
+    print(f"  {method:<10} {param:<13} cache={cache:<4} acc={row['accuracy']:.3f} NFE={row['nfe_mean']:.2f} "
+          f"({time.perf_counter() - start:.1f}s)", flush=True)
+    return {"method": method, "param": param, "cache": cache, **row}
+
+
+def sweep(limit: int, output_dir: Path, extra: list[str], jobs: int) -> list[dict]:
+    """Every method x cache, spread over `jobs` single-threaded processes; rows in METHODS order."""
+    todo = [(m, p, o, cache, limit, output_dir, extra) for m, p, o in METHODS for cache in CACHES]
+    if jobs <= 1:
+        return [run_one(job) for job in todo]
+    # fork: workers inherit the imported modules instead of importing torch again
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("fork")) as pool:
+        return list(pool.map(run_one, todo))
 
 
 def format_table(table: list[dict]) -> list[dict]:
@@ -112,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=200, help="problems per run (default 200)")
     parser.add_argument("--output-dir", default=str(REPO / "results"))
     parser.add_argument("--fresh", action="store_true", help="delete results/demo first")
+    parser.add_argument("--jobs", type=int, default=2, help="runs in parallel, one CPU thread each (default 2)")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run (e.g. batch_size=25)")
     args = parser.parse_args(argv)
     output_dir = Path(args.output_dir).resolve()
@@ -119,8 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.fresh and demo_dir.exists():
         shutil.rmtree(demo_dir)
     start = time.perf_counter()
-    print(f"dllm-bench demo: {len(METHODS)} settings x caches {CACHES} on {args.limit} tiny Sudoku problems")
-    table = format_table(sweep(args.limit, output_dir, ["progress=false", *args.overrides]))
+    print(f"dllm-bench demo: {len(METHODS)} settings x caches {CACHES} on {args.limit} tiny Sudoku problems, "
+          f"{args.jobs} parallel job(s)")
+    table = format_table(sweep(args.limit, output_dir, ["progress=false", *args.overrides], args.jobs))
     sweep_s = time.perf_counter() - start
     print()
     print_table(table)

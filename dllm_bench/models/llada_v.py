@@ -455,11 +455,6 @@ def unused_vision_tensor(name: str, settings: VisionSettings) -> bool:
 # ---- loading ------------------------------------------------------------------------------------------------
 
 
-def is_llada_v_config(raw: dict[str, Any]) -> bool:
-    """Dispatch rule for ``load_model``: LLaVA-style vision keys or ``model_type: llava_llada``."""
-    return raw.get("model_type") == MODEL_TYPE or "mm_vision_tower" in raw or "vision_config" in raw
-
-
 def load_llada_v(
     directory: str | Path,
     dtype: torch.dtype | str | None = None,

@@ -142,6 +142,11 @@ def load_tokenizer(directory: Path) -> Any:
         hf_logging.set_verbosity(level)
 
 
+def is_llada_v_config(raw: dict[str, Any]) -> bool:
+    """LLaDA-V (LLaVA-style) checkpoints: ``model_type: llava_llada`` or a vision tower in the config."""
+    return raw.get("model_type") == "llava_llada" or "mm_vision_tower" in raw or "vision_config" in raw
+
+
 def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -161,10 +166,10 @@ def load_model(
     """
     directory = resolve_checkpoint_dir(name_or_path, revision)
     raw = read_config(directory)
-    if "mm_vision_tower" in raw or "vision_config" in raw:
+    if is_llada_v_config(raw):
         from .llada_v import load_llada_v
 
-        return load_llada_v(directory, dtype=dtype, device=device)
+        return load_llada_v(directory, dtype=dtype, device=device, instruct=instruct)
     device = torch.device(device or default_device())
     if dtype is None:
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32

@@ -63,6 +63,31 @@ def runner_check(config: dict[str, Any]) -> tuple[bool, str | None]:
     return False, None
 
 
+def weights_mtime(name_or_path: str) -> float | None:
+    """Newest modification time of a local checkpoint's weight files (None for hub ids)."""
+    folder = Path(name_or_path)
+    if not folder.is_dir():
+        return None
+    times = [p.stat().st_mtime for p in folder.iterdir() if p.suffix in (".safetensors", ".bin", ".pt")]
+    return max(times) if times else None
+
+
+def drop_stale(rows: pd.DataFrame, config: dict[str, Any]) -> tuple[pd.DataFrame, str | None]:
+    """Drop runs started before the local checkpoint's weights last changed (the run id does not hash weights)."""
+    mtime = weights_mtime(str(config.get("model", {}).get("name_or_path", "")))
+    if rows.empty or mtime is None or "started_at" not in rows.columns:
+        return rows, None
+    started = pd.to_datetime(rows["started_at"], utc=True, errors="coerce")
+    changed = pd.Timestamp(mtime, unit="s", tz="UTC")
+    stale = rows[started < changed]
+    if stale.empty:
+        return rows, None
+    folders = ", ".join(f"{Path(s).parent}/{r}/" for s, r in zip(stale["source"], stale["run_id"]))
+    return rows[~(started < changed)], (
+        f"stale: the checkpoint changed after these runs started ({folders}); delete them and their runs.csv "
+        f"rows, then rerun")
+
+
 def resolve_table(
     spec: TableSpec,
     runs: pd.DataFrame,
@@ -96,6 +121,10 @@ def resolve_table(
             results.append(CellResult(cell, "unavailable", None, command, config))
             continue
         rows = matching_rows(runs, config)
+        rows, stale = drop_stale(rows, config)
+        if rows.empty and stale:
+            results.append(CellResult(cell, "unavailable", None, command, stale, config))
+            continue
         if not rows.empty:
             results.append(CellResult(cell, "ok", aggregate_runs(rows), command, None, config))
             continue

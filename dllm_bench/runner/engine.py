@@ -40,17 +40,17 @@ def device_name(device: str) -> str:
     return f"{dev.type} ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
 
 
-def build_components(c: dict[str, Any], flavour: str) -> tuple[Any, Any, Any, str | None]:
+def build_components(c: dict[str, Any]) -> tuple[Any, Any, Any, str | None]:
     """(policy, selector, cache, confidence measure) for a validated config (docs/runner.md -> docs/decoding.md)."""
     sel, cache_cfg, compat = c["selector"], c["cache"], c.get("compat") or {}
     name = sel["name"]
     measure = None
     if name == "slowfast":
-        preset = "dream" if flavour == "dream" else sel.get("preset", "code")
         overrides = {"explore_steps": sel["explore_steps"], "tau_min": sel["tau_min"],
                      "stability_window": sel["window"], "stability_threshold": sel["std_threshold"],
                      "tau_high": sel["tau_high"], "truncate_fast": bool(compat.get("slowfast_truncate", False))}
-        policy, selector = build_policy("slowfast", preset=preset, **overrides), None
+        overrides.update({k: sel[k] for k in ("variant", "explore_tau") if sel.get(k) is not None})
+        policy, selector = build_policy("slowfast", preset=sel.get("preset", "code"), **overrides), None
     elif name == "dream":
         policy, selector = build_policy("dream", steps=c["steps"], alg=sel["alg"]), None
     else:
@@ -96,7 +96,7 @@ class DecodingEngine(Engine):
         self.stop_token_ids = tuple(self.config.stop_token_ids)
         self.device_name = device_name(self.device)
         self.c = c
-        self.policy, self.selector, self.cache, self.measure = build_components(c, self.config.flavour)
+        self.policy, self.selector, self.cache, self.measure = build_components(c)
         self.sequential = None
         if c["selector"]["name"] == "oracle":
             steps = c["gen_length"]

@@ -178,6 +178,7 @@ def execute(cfg: DictConfig | dict[str, Any], engine_factory: EngineFactory | No
     selected = selected_indices(len(all_docs), int(c.get("offset", 0)), c.get("limit"))
     finished = store.finished_ids()
     todo = [i for i in selected if str(all_docs[i]["sample_id"]) not in finished]
+    barrier(ctx)  # every rank has read the same finished set before any rank appends to it
     mine = shard(todo, ctx)
     log.info("run %s: %d documents selected, %d already done, %d for rank %d/%d", run_id, len(selected),
              len(selected) - len(todo), len(mine), ctx.rank, ctx.world_size)
@@ -204,6 +205,8 @@ def _finalise(c: dict[str, Any], run_id: str, store: ResultsStore, all_docs: lis
     wanted = {str(all_docs[i]["sample_id"]) for i in selected}
     rows = [r for r in rows if r["sample_id"] in wanted]
     summary = summarise(rows, c["count_rule"])
+    if len(rows) < len(wanted):
+        log.warning("run %s: %d of %d selected documents have no row", run_id, len(wanted) - len(rows), len(wanted))
     previous = store.read_run_json()
     env = environment_info()
     if device_name.startswith("none") and previous.get("device_name"):

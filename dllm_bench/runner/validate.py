@@ -105,6 +105,10 @@ def _validate_selector(sel: dict[str, Any]) -> None:
         _integer("selector.window", sel.get("window"), 1)
         _interval("selector.tau_min", sel.get("tau_min"), 0.0, 1.0, low_open=True, high_open=False)
         _interval("selector.tau_high", sel.get("tau_high"), 0.0, 1.0, low_open=True, high_open=False)
+        _choice("selector.variant", sel.get("variant", "llada"), ("llada", "dream"))
+        _choice("selector.preset", sel.get("preset", "code"), ("code", "paper", "dream"))
+        if sel.get("explore_tau") is not None:
+            _interval("selector.explore_tau", sel["explore_tau"], 0.0, 1.0, low_open=True, high_open=False)
         if _number("selector.std_threshold", sel.get("std_threshold")) <= 0:
             _fail("selector.std_threshold", sel.get("std_threshold"), "must be > 0")
 
@@ -128,9 +132,10 @@ def _validate_combination(c: dict[str, Any], task: Task) -> None:
     if flavour not in flavours:
         _fail("model.flavour", flavour, f"selector {selector!r} runs on {', '.join(flavours)} models only")
     gen, block = c["gen_length"], c["block_length"]
-    if (selector == "dream" or (selector == "slowfast" and flavour == "dream")) and block != gen:
-        _fail("block_length", block, f"selector {selector!r} on a {flavour!r} model has no blocks: "
-                                     f"block_length must equal gen_length={gen}")
+    dream_slowfast = selector == "slowfast" and c["selector"].get("variant") == "dream"
+    if (selector == "dream" or dream_slowfast) and block != gen:
+        label = "slowfast (variant dream)" if dream_slowfast else selector
+        _fail("block_length", block, f"selector {label!r} has no blocks: block_length must equal gen_length={gen}")
     if float(c.get("cfg_scale", 0.0)) > 0 and cache != "none":
         _fail("cfg_scale", c["cfg_scale"], f"classifier-free guidance runs only with cache=none, not {cache!r}")
     if (c.get("compat") or {}).get("slowfast_truncate") and (selector != "slowfast" or cache != "none"):

@@ -81,6 +81,9 @@ def _hook(event, args):
     elif event.startswith(_blocked):
         raise PermissionError("sandbox: %s is not allowed" % event)
 sys.addaudithook(_hook)
+import builtins
+if not hasattr(builtins, "exit"):  # `python -S` skips site, which defines exit/quit
+    builtins.exit = builtins.quit = sys.exit
 sys.argv = [program]
 exec(compile(src, "program.py", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
 """

@@ -101,6 +101,10 @@ def render_model_card(directory: Path) -> str:
         f"length drawn per batch from {sorted(set(tc['answer_lengths']))} (mostly 24). "
         + ("Dream's network shifts logits internally, so the same objective applies with \"logits at i predict "
            "token i\"." if flavour == "dream" else ""),
+        *([f"- q/k/v biases (`include_qkv_bias: true`, part of the LLaDA config schema; LLaDA-8B has none): the "
+           "same run without them sat on a loss plateau (0 % solved at steps 400 and 800, see docs/tiny.md), "
+           "with them it learnt as fast as the Dream-schema model, which has biases."]
+          if flavour == "llada" and cfg.get("include_qkv_bias") else []),
         f"- Training monitor (sequential decoding of the first 128 held-out puzzles; not used for any choice): {monitor}.",
         "",
         "### Loss curve",

@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import csv
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-# Building tables never downloads; keep config checks off the network.
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-
-from dllm_bench.report.runs import compose_configs  # noqa: E402
-from dllm_bench.report.tables import get_table, table_cells  # noqa: E402
-from dllm_bench.runner.config import flatten  # noqa: E402
+from dllm_bench.report.runs import compose_configs
+from dllm_bench.report.tables import get_table, table_cells
+from dllm_bench.runner.config import flatten
 
 SUMMARY = ("n_samples", "n_correct", "accuracy", "accuracy_ci_low", "accuracy_ci_high", "nfe_mean", "nfe_total",
            "steps_mean", "tokens_total", "tokens_per_forward", "tokens_per_s", "latency_s_mean",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -40,3 +42,10 @@ def test_tiny_cell_runs_through_the_runner_and_fills_its_cell(tmp_path):
     traces = sorted(results_dir.glob("tiny_table/*/traces.jsonl"))
     analysis = analyse_profiles(read_trace_steps(traces), delta=0.25)
     assert (analysis.commits["observed"] == analysis.commits["frechet"]).all()
+    # new weights after the run: the run id is unchanged, but the cell must not show the old numbers
+    later = time.time() + 60
+    for weights in Path(checkpoint).glob("*.safetensors"):
+        os.utime(weights, (later, later))
+    stale = {r.cell.layout: r for r in resolve_table(spec, read_runs(find_runs_csv(results_dir)), extra=extra)}
+    assert stale[(("frechet",), ("none",))].status == "unavailable"
+    assert stale[(("frechet",), ("none",))].reason.startswith("stale: the checkpoint changed")

@@ -131,3 +131,14 @@ def test_two_gloo_processes_equal_one_process(compose_cfg, llada_overrides, tmp_
     assert info["sessions"][-1]["world_size"] == 2
     parallel_row = {**info["summary"], "run_id": info["run_id"]}
     assert stable_summary(parallel_row) == stable_summary({k: single[k] for k in parallel_row})
+
+
+@pytest.mark.parametrize("selector", [["selector=dream_entropy", "steps=12"], ["selector=slowfast_dream"]])
+def test_dream_model_runs(compose_cfg, tiny_dream_dir, tmp_path, selector):
+    cfg = compose_cfg("model=tiny_dream", f"model.name_or_path={tiny_dream_dir}", f"output_dir={tmp_path}",
+                      "progress=false", "num_threads=1", "block_length=24", "limit=2", "batch_size=2", "warmup=0",
+                      *selector)
+    row = execute(cfg)
+    assert row["n_samples"] == 2 and row["model.flavour"] == "dream"
+    if "steps=12" in selector:
+        assert row["nfe_mean"] == 12

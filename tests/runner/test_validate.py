@@ -95,6 +95,8 @@ def test_adaptive_selector_rejects_fixed_steps(llada_overrides):
 def test_dream_algorithm_has_no_blocks(tiny_dream_dir):
     rejects([f"model.name_or_path={tiny_dream_dir}", "model=tiny_dream", "selector=dream_entropy", "steps=24"],
             match=r"block_length=8.*equal gen_length=24")
+    rejects([f"model.name_or_path={tiny_dream_dir}", "model=tiny_dream", "selector=slowfast_dream"],
+            match=r"block_length=8.*'slowfast \(variant dream\)'.*equal gen_length=24")
 
 
 def test_unknown_compat_switch(llada_overrides):

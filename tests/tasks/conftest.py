@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import random
 from pathlib import Path
 
@@ -20,8 +19,9 @@ def fixtures_dir() -> Path:
 def lm_eval_render(tmp_path_factory):
     """render(yaml relative to lm_eval/tasks, {split: file}, limit, **overrides) -> lm-eval's prompt strings."""
     cache = tmp_path_factory.mktemp("hf_datasets_cache")
-    os.environ["HF_DATASETS_OFFLINE"] = "1"
-    os.environ["HF_HUB_OFFLINE"] = "1"
+    patch = pytest.MonkeyPatch()
+    patch.setenv("HF_DATASETS_OFFLINE", "1")
+    patch.setenv("HF_HUB_OFFLINE", "1")
     import lm_eval.tasks
     from lm_eval.api.task import ConfigurableTask
     from lm_eval.tasks._yaml_loader import load_yaml
@@ -40,4 +40,5 @@ def lm_eval_render(tmp_path_factory):
         task.build_all_requests(limit=limit)
         return [inst.args[0] for inst in task.instances]
 
-    return render
+    yield render
+    patch.undo()

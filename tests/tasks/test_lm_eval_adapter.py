@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import zlib
 from pathlib import Path
 
@@ -25,7 +24,8 @@ GEN, BLOCK, LIMIT = 16, 16, 3
 
 @pytest.fixture(scope="module")
 def lm_eval_run(tiny_llada_dir, fixtures_dir, tmp_path_factory):
-    os.environ["HF_DATASETS_OFFLINE"] = "1"
+    patch = pytest.MonkeyPatch()
+    patch.setenv("HF_DATASETS_OFFLINE", "1")
     d = fixtures_dir / "gsm8k"
     stats = tmp_path_factory.mktemp("stats") / "stats.json"
     # lm-eval's own gsm8k.yaml, pointed at the local fixture files
@@ -45,6 +45,7 @@ def lm_eval_run(tiny_llada_dir, fixtures_dir, tmp_path_factory):
         tasks=["gsm8k_local"], num_fewshot=1, limit=LIMIT, batch_size=LIMIT, log_samples=True,
         task_manager=TaskManager(include_path=str(yaml_dir)), random_seed=0, fewshot_random_seed=1234,
     )
+    patch.undo()
     return results, json.loads(stats.read_text())
 
 

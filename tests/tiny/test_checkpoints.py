@@ -58,3 +58,12 @@ def test_engine_solves_held_out_puzzles(shipped, selector, cache, min_solved):
     texts = tok.batch_decode(out.tokens, skip_special_tokens=False)
     solved = sum(task.score(t, d).correct for t, d in zip(texts, docs))
     assert solved >= min_solved, texts
+
+
+def test_model_card_is_generated_from_the_shipped_logs_and_results(shipped):
+    from dllm_bench.tiny.model_card import render_model_card
+
+    flavour, _, _, _ = shipped
+    directory = CHECKPOINTS / f"tiny_{flavour}"
+    assert list(directory.glob("eval_results_*.json")), "no evaluation results beside the checkpoint"
+    assert (directory / "MODEL_CARD.md").read_text() == render_model_card(directory)

@@ -1,0 +1,1 @@
+"""Reports: paper tables (published / reproduced / delta), aggregation, Pareto frontiers, confidence profiles."""
