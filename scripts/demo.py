@@ -23,6 +23,7 @@ sys.path.insert(0, str(REPO))
 from hydra import compose, initialize_config_dir  # noqa: E402
 
 from dllm_bench.runner.config import CONF_DIR  # noqa: E402
+from dllm_bench.runner.engine import loaded_models  # noqa: E402
 from dllm_bench.runner.execute import execute  # noqa: E402
 
 # (label, parameter shown in the table, overrides); every method runs without a cache and with the dual cache
@@ -41,14 +42,19 @@ TABLE_COLUMNS = ("method", "param", "cache", "accuracy", "ci95", "nfe_mean", "to
                  "latency_s_mean", "run_id")
 
 
+_WARM = False  # set once this process has run a warm-up batch (the model and allocator are then warm)
+
+
 def run_one(job: tuple[str, str, list[str], str, int, Path, list[str]]) -> dict:
-    """One method x cache run (in a worker process; each worker loads the model once)."""
+    """One method x cache run (in a worker process; each worker loads the model once and warms it once)."""
+    global _WARM
     method, param, overrides, cache, limit, output_dir, extra = job
     start = time.perf_counter()
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose("config", overrides=["experiment=demo", f"output_dir={output_dir}", f"limit={limit}",
-                                           f"cache={cache}", *overrides, *extra])
+                                           f"cache={cache}", *overrides, *extra, *(["warmup=0"] if _WARM else [])])
     row = execute(cfg)
+    _WARM = bool(loaded_models())  # a model was loaded, so this process has decoded its warm-up batch
     print(f"  {method:<10} {param:<13} cache={cache:<4} acc={row['accuracy']:.3f} NFE={row['nfe_mean']:.2f} "
           f"({time.perf_counter() - start:.1f}s)", flush=True)
     return {"method": method, "param": param, "cache": cache, **row}

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import dataclasses
 import platform
+from pathlib import Path
 from typing import Any
 
 import torch
+from PIL import Image
 
 from dllm_bench.decoding import build_cache, build_policy, build_selector, check_combination, generate
 from dllm_bench.models import load_model
 from dllm_bench.runner.execute import Engine, Generation
 from dllm_bench.runner.sharding import DistContext
+from dllm_bench.runner.validate import build_task
 
 # One process often runs many configs on the same weights (in-process multirun, make demo).
 _MODELS: dict[tuple[str, str | None, str], Any] = {}
-
 
 
 def resolve_device(requested: str | None, ctx: DistContext) -> str:
@@ -31,6 +33,11 @@ def load_cached_model(name_or_path: str, dtype: str | None, device: str) -> Any:
     if key not in _MODELS:
         _MODELS[key] = load_model(name_or_path, dtype=dtype, device=device)
     return _MODELS[key]
+
+
+def loaded_models() -> list[tuple[str, str | None, str]]:
+    """(path, dtype, device) of the models this process holds."""
+    return list(_MODELS)
 
 
 def device_name(device: str) -> str:
@@ -80,6 +87,35 @@ def build_components(c: dict[str, Any]) -> tuple[Any, Any, Any, str | None]:
     return policy, selector, cache, measure
 
 
+def forbidden_ids(tokenizer: Any, tokens: list[str]) -> tuple[int, ...]:
+    """Ids of `model.forbidden_tokens` in this tokenizer; a token it lacks is an error naming it."""
+    ids = []
+    for tok in tokens:
+        i = tokenizer.convert_tokens_to_ids(tok)
+        if not isinstance(i, int) or i == tokenizer.unk_token_id:
+            raise ValueError(f"model.forbidden_tokens: {tok!r} is not in the tokenizer's vocabulary")
+        ids.append(i)
+    return tuple(ids)
+
+
+def doc_images(doc: dict) -> list[Image.Image]:
+    """The images of a task document: `doc["image"]` as a path, a PIL image, a list of either, or None."""
+    value = doc.get("image")
+    items = value if isinstance(value, (list, tuple)) else [] if value in (None, "") else [value]
+    images = []
+    for item in items:
+        if isinstance(item, Image.Image):
+            images.append(item.convert("RGB"))
+            continue
+        path = Path(str(item))
+        if not path.is_file():
+            raise FileNotFoundError(f"image {str(path)!r} of {doc.get('sample_id')!r} is not a readable file; "
+                                    "set task.image_root to the folder holding the benchmark's images")
+        with Image.open(path) as im:
+            images.append(im.convert("RGB"))
+    return images
+
+
 def _trace_dict(trace: list[Any] | None) -> dict[str, Any] | None:
     return None if trace is None else {"steps": [dataclasses.asdict(s) for s in trace]}
 
@@ -97,10 +133,22 @@ class DecodingEngine(Engine):
         self.device_name = device_name(self.device)
         self.c = c
         self.policy, self.selector, self.cache, self.measure = build_components(c)
+        self.forbidden_ids = forbidden_ids(self.tokenizer, c["model"].get("forbidden_tokens") or [])
+        # a vision model on an image task: prompts and images become embeddings via the model's build_inputs
+        self.multimodal = bool(getattr(self.model, "accepts_images", False)) and build_task(c["task"]).needs_images
         self.sequential = None
         if c["selector"]["name"] == "oracle":
             steps = c["gen_length"]
             self.sequential = (build_policy("blocks", steps=steps), build_selector("topk"), build_cache("none"))
+
+    def inputs(self, prompts: list[str], docs: list[dict]) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+        """(ids, mask, extra generate arguments): images go through the model's own `build_inputs`."""
+        if self.multimodal:
+            batch = self.model.build_inputs(prompts, [doc_images(d) for d in docs], int(self.c["gen_length"]))
+            kwargs = {"model_kwargs": batch.model_kwargs} if batch.model_kwargs else {}
+            return batch.input_ids.to(self.device), batch.attention_mask.to(self.device), kwargs
+        ids, mask = self.encode(prompts, bool(self.c["model"]["chat"]))
+        return ids, mask, {}
 
     def encode(self, prompts: list[str], chat: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """Left-padded ids and attention mask [B, P]; chat-templated text already holds its special tokens."""
@@ -119,28 +167,28 @@ class DecodingEngine(Engine):
         return dict(gen_length=int(c["gen_length"]), block_length=int(c["block_length"]),
                     confidence_precision=c.get("confidence_precision", "float64"),
                     temperature=float(c.get("temperature", 0.0)), cfg_scale=float(c.get("cfg_scale", 0.0)),
-                    forbidden_token_ids=tuple(c["model"].get("forbidden_token_ids") or ()),
+                    forbidden_token_ids=self.forbidden_ids,
                     early_stop=bool(c.get("early_stop", False)), seed=seeds)
 
     def prepare(self, prompts: list[str], docs: list[dict], seeds: list[int]) -> dict[str, Any]:
         """Untimed per-batch inputs: the oracle's reference is the sequential (one token per step) decode."""
         if self.sequential is None:
             return {}
-        ids, mask = self.encode(prompts, bool(self.c["model"]["chat"]))
+        ids, mask, kwargs = self.inputs(prompts, docs)
         policy, selector, cache = self.sequential
         with torch.inference_mode():
             ref = generate(self.model, ids, mask, policy=policy, selector=selector, cache=cache,
-                           **self._common(seeds))
+                           **self._common(seeds), **kwargs)
         return {"reference": ref.tokens}
 
     def generate(self, prompts: list[str], docs: list[dict], seeds: list[int], stop_strings: tuple[str, ...],
                  **extra: Any) -> list[Generation]:
-        ids, mask = self.encode(prompts, bool(self.c["model"]["chat"]))
+        ids, mask, kwargs = self.inputs(prompts, docs)
         with torch.inference_mode():
             out = generate(self.model, ids, mask, policy=self.policy, selector=self.selector, cache=self.cache,
                            confidence=self.measure, trace=bool(self.c.get("trace", False)),
                            tokenizer=self.tokenizer, stop_strings=list(stop_strings), **self._common(seeds),
-                           **extra)
+                           **kwargs, **extra)
         tokens = out.tokens.tolist()
         return [Generation(ids=tokens[i], nfe=r.nfe, steps=r.steps, token_counts=dict(r.token_counts),
                            decode_time_s=r.wall_time_s, forward_positions=r.forward_positions,

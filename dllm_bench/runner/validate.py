@@ -155,9 +155,9 @@ def _readable_file(key: str, path: str) -> None:
 def _validate_model(model: dict[str, Any]) -> None:
     _choice("model.flavour", model.get("flavour"), FLAVOURS)
     _choice("model.dtype", model.get("dtype"), DTYPES)
-    forbidden = model.get("forbidden_token_ids") or []
-    if not isinstance(forbidden, list) or not all(isinstance(t, int) and t >= 0 for t in forbidden):
-        _fail("model.forbidden_token_ids", forbidden, "a list of non-negative token ids")
+    forbidden = model.get("forbidden_tokens") or []
+    if not isinstance(forbidden, list) or not all(isinstance(t, str) and t for t in forbidden):
+        _fail("model.forbidden_tokens", forbidden, "a list of token strings (looked up in the model's tokenizer)")
     device = model.get("device")
     if device is not None and not DEVICE.match(str(device)):
         _fail("model.device", device, "null, cpu, cuda, cuda:N, mps or per_job")

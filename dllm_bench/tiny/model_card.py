@@ -33,13 +33,13 @@ def _quality_lines(doc: dict) -> list[str]:
     for label in ("whole block in one step (top-k)", "threshold 0.3", "threshold 0.5"):
         if label in by:
             drop = 100 * (seq["accuracy"] - by[label]["accuracy"])
-            out.append(f"- {label}: {drop:+.1f} points below sequential (bar: an aggressive setting ≥ 10 below) "
+            out.append(f"- {label}: {drop:.1f} points below sequential (bar: an aggressive setting ≥ 10 below) "
                        f"with {by[label]['mean_nfe']:.2f} forwards")
     for label in ("threshold 0.9", "factor 1.0", "Fréchet 0.25"):
         if label in by:
             drop = 100 * (seq["accuracy"] - by[label]["accuracy"])
-            out.append(f"- {label}: {drop:+.1f} points below sequential with {by[label]['mean_nfe']:.2f} forwards "
-                       f"vs {seq['mean_nfe']:.2f}")
+            out.append(f"- {label}: {drop:.1f} points below sequential (bar: within a few points) with "
+                       f"{by[label]['mean_nfe']:.2f} forwards vs {seq['mean_nfe']:.2f}")
     return out
 
 
@@ -51,7 +51,8 @@ def render_model_card(directory: Path) -> str:
     tc = log["config"]
     flavour = tc["flavour"]
     size_mb = (directory / "model.safetensors").stat().st_size / 2**20
-    schema = ("LLaDA (OLMo-style config.json keys, `model.transformer.blocks.N.*` tensors, no biases)"
+    bias = "q/k/v biases" if cfg.get("include_qkv_bias") else "no biases"
+    schema = (f"LLaDA (OLMo-style config.json keys, `model.transformer.blocks.N.*` tensors, {bias})"
               if flavour == "llada" else
               "Dream (Qwen2-style config.json keys, `model.layers.N.*` tensors, q/k/v biases, grouped-query "
               "attention, logits shifted inside the network)")
@@ -95,13 +96,16 @@ def render_model_card(directory: Path) -> str:
         f"AdamW lr {tc['lr']} (warm-up {tc['warmup_steps']}, cosine to {tc['min_lr_ratio']}×), weight decay "
         f"{tc['weight_decay']}, grad clip {tc['grad_clip']}, {tc['threads']} CPU thread(s); "
         f"{log['train_seconds'] / 60:.1f} minutes of training on a shared 2-core CPU (torch {log['torch']}).",
+        f"- Retrain from scratch: `python -m dllm_bench.tiny.train --flavour {flavour}` (the defaults are the "
+        "settings above; the recorded run only wrote to a scratch directory with --out/--state and used one "
+        "thread because both models trained at once; thread count changes float rounding, not the recipe).",
         "- Objective: LLaDA's masked-diffusion SFT — the prompt is kept, each answer token is masked with "
         f"probability p = (1 − ε)t + ε, t ~ U(0, 1) per example (ε = {tc['eps']}); cross-entropy on masked "
         "answer tokens weighted by 1/p, summed and divided by the answer length. Answers are EOS-padded to a "
         f"length drawn per batch from {sorted(set(tc['answer_lengths']))} (mostly 24). "
         + ("Dream's network shifts logits internally, so the same objective applies with \"logits at i predict "
            "token i\"." if flavour == "dream" else ""),
-        *([f"- q/k/v biases (`include_qkv_bias: true`, part of the LLaDA config schema; LLaDA-8B has none): the "
+        *(["- q/k/v biases (`include_qkv_bias: true`, part of the LLaDA config schema; LLaDA-8B has none): the "
            "same run without them sat on a loss plateau (0 % solved at steps 400 and 800, see docs/tiny.md), "
            "with them it learnt as fast as the Dream-schema model, which has biases."]
           if flavour == "llada" and cfg.get("include_qkv_bias") else []),
@@ -111,6 +115,12 @@ def render_model_card(directory: Path) -> str:
         _loss_curve(log),
         "",
         "## Evaluation (decoding engine, held-out puzzles)",
+        "",
+        "The quality bar of issue 8 is checked on the single-block layout (gen = block = 24). The three-block "
+        "layout (block 8, `experiment=tiny`) forces rows 1–2 to be finished before rows 3–4 are touched, "
+        "which costs accuracy even sequentially. The dual cache refreshes K/V only at block starts; this "
+        "model carries information through prompt positions, so stale prompt K/V cost accuracy "
+        "(see docs/tiny.md).",
     ]
     for path in sorted(directory.glob("eval_results_*.json")):
         doc = json.loads(path.read_text())
@@ -127,7 +137,7 @@ def render_model_card(directory: Path) -> str:
             "",
             results_table(doc),
             "",
-            *_quality_lines(doc),
+            *(_quality_lines(doc) if doc["block_length"] == doc["gen_length"] else []),
         ]
     parts += [
         "",
@@ -146,3 +156,10 @@ def write_model_card(directory: Path) -> Path:
     path = Path(directory) / "MODEL_CARD.md"
     path.write_text(render_model_card(directory))
     return path
+
+
+if __name__ == "__main__":
+    import sys
+
+    for arg in sys.argv[1:] or [str(Path(__file__).parent / "checkpoints" / f) for f in ("tiny_llada", "tiny_dream")]:
+        print(f"wrote {write_model_card(Path(arg))}")

@@ -84,7 +84,7 @@ def test_incompatible_combinations(policy, selector, cache, gen, block, match):
 def test_generate_rejects_before_any_forward():
     net = ScriptedNetwork(2, [[0.5] * 8])
     ids = torch.zeros(1, 2, dtype=torch.long)
-    with pytest.raises(ValueError, match="cfg"):
+    with pytest.raises(ValueError, match="classifier-free guidance"):
         generate(net, ids, gen_length=8, block_length=8, policy=build_policy("blocks"),
                  selector=build_selector("frechet"), cache=build_cache("dual"), cfg_scale=1.0)
     with pytest.raises(ValueError, match="confidence measure"):

@@ -16,6 +16,7 @@ from dllm_bench.runner.execute import execute
 from dllm_bench.runner.store import read_jsonl
 from dllm_bench.runner.summary import TIMING_KEYS
 
+REPO = Path(__file__).resolve().parents[2]
 ROW_TIMING = ("wall_time_s", "latency_s", "decode_time_s", "rank", "batch_size")
 
 
@@ -142,3 +143,33 @@ def test_dream_model_runs(compose_cfg, tiny_dream_dir, tmp_path, selector):
     assert row["n_samples"] == 2 and row["model.flavour"] == "dream"
     if "steps=12" in selector:
         assert row["nfe_mean"] == 12
+
+
+def test_vision_model_reads_the_task_images(compose_cfg, tmp_path):
+    """LLaDA-V on MathVista rows: each document's image goes through the model's build_inputs."""
+    from PIL import Image
+
+    from dllm_bench.models.llada_v import make_random_llada_v_checkpoint
+
+    ckpt = make_random_llada_v_checkpoint(tmp_path / "tiny_llada_v", seed=0)
+    shared = REPO.parent / "shared" / "data" / "mathvista"
+    rows = json.loads((shared / "testmini.json").read_text())
+    pids = list(rows)[:2]
+    data = tmp_path / "mathvista"
+    (data / "images").mkdir(parents=True)
+    (data / "testmini.json").write_text(json.dumps({p: rows[p] for p in pids}))
+    queries = json.loads((shared / "query.json").read_text())
+    (data / "query.json").write_text(json.dumps({p: queries[p] for p in pids}))
+    for i, p in enumerate(pids):
+        Image.new("RGB", (40 + 10 * i, 30), color=(10 * i, 100, 200)).save(tmp_path / "mathvista" / rows[p]["image"],
+                                                                        format="PNG")
+    cfg = compose_cfg("model=llada_v", f"model.name_or_path={ckpt}", "task=mathvista",
+                      f"task.data_files={data / 'testmini.json'}", f"+task.image_root={data}",
+                      f"output_dir={tmp_path / 'results'}", "progress=false", "num_threads=1", "limit=2",
+                      "batch_size=2", "warmup=0")
+    row = execute(cfg)
+    assert row["n_samples"] == 2 and row["nfe_mean"] >= 1
+    with pytest.raises(FileNotFoundError, match="image_root"):
+        execute(compose_cfg("model=llada_v", f"model.name_or_path={ckpt}", "task=mathvista",
+                            f"task.data_files={data / 'testmini.json'}", f"output_dir={tmp_path / 'other'}",
+                            "progress=false", "num_threads=1", "limit=1", "warmup=0"))
