@@ -60,9 +60,9 @@ def run_one(job: tuple[str, str, list[str], str, int, Path, list[str]]) -> dict:
     return {"method": method, "param": param, "cache": cache, **row}
 
 
-def sweep(limit: int, output_dir: Path, extra: list[str], jobs: int) -> list[dict]:
+def sweep(limit: int, output_dir: Path, extra: list[str], jobs: int, methods: list[tuple]) -> list[dict]:
     """Every method x cache, spread over `jobs` single-threaded processes; rows in METHODS order."""
-    todo = [(m, p, o, cache, limit, output_dir, extra) for m, p, o in METHODS for cache in CACHES]
+    todo = [(m, p, o, cache, limit, output_dir, extra) for m, p, o in methods for cache in CACHES]
     if jobs <= 1:
         return [run_one(job) for job in todo]
     # fork: workers inherit the imported modules instead of importing torch again
@@ -128,16 +128,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output-dir", default=str(REPO / "results"))
     parser.add_argument("--fresh", action="store_true", help="delete results/demo first")
     parser.add_argument("--jobs", type=int, default=2, help="runs in parallel, one CPU thread each (default 2)")
+    parser.add_argument("--methods", help="comma-separated subset of: " + ", ".join(dict.fromkeys(m for m, _, _ in METHODS)))
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run (e.g. batch_size=25)")
     args = parser.parse_args(argv)
+    known = [m for m, _, _ in METHODS]
+    wanted = args.methods.split(",") if args.methods else known
+    unknown = sorted(set(wanted) - set(known))
+    if unknown:
+        parser.error(f"--methods {','.join(unknown)}: unknown; choose from {', '.join(dict.fromkeys(known))}")
+    methods = [m for m in METHODS if m[0] in wanted]
     output_dir = Path(args.output_dir).resolve()
     demo_dir = output_dir / "demo"
     if args.fresh and demo_dir.exists():
         shutil.rmtree(demo_dir)
     start = time.perf_counter()
-    print(f"dllm-bench demo: {len(METHODS)} settings x caches {CACHES} on {args.limit} tiny Sudoku problems, "
+    print(f"dllm-bench demo: {len(methods)} settings x caches {CACHES} on {args.limit} tiny Sudoku problems, "
           f"{args.jobs} parallel job(s)")
-    table = format_table(sweep(args.limit, output_dir, ["progress=false", *args.overrides], args.jobs))
+    table = format_table(sweep(args.limit, output_dir, ["progress=false", *args.overrides], args.jobs, methods))
     sweep_s = time.perf_counter() - start
     print()
     print_table(table)

@@ -6,7 +6,11 @@ import pytest
 import torch
 
 from dllm_bench.decoding.confidence import candidate_predictions, resolve_precision
-from dllm_bench.decoding.schedules import dream_transfer_count, dream_transfer_probability, llada_transfer_counts
+from dllm_bench.decoding.schedules import (
+    dream_transfer_count,
+    dream_transfer_probability,
+    llada_transfer_counts,
+)
 
 
 def test_llada_schedule_spreads_remainder_over_first_steps():

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from dllm_bench.decoding import build_policy, generate
+
 from .scripted import MASK, ScriptedNetwork
 
 P, G = 3, 8

@@ -6,17 +6,22 @@ import json
 from pathlib import Path
 
 import pytest
+from hydra import compose, initialize_config_dir
 from hydra.errors import MissingConfigException
 
 from dllm_bench.runner.config import CONF_DIR
 from dllm_bench.runner.validate import ConfigError, validate_config
 
 
-def compose_config(*overrides: str):
-    from hydra import compose, initialize_config_dir
-
+@pytest.fixture(scope="module", autouse=True)
+def hydra_initialised():
+    """One Hydra initialisation for the module (composing is cheap, initialising is not)."""
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
+        yield
+
+
+def compose_config(*overrides: str):
+    return compose("config", overrides=list(overrides))
 
 
 def check(overrides: list[str], *extra: str) -> dict:

@@ -1,0 +1,266 @@
+"""Decoding-engine benchmarks: selector cost, per-step time by cache mode, per-forward latency (GPU shapes).
+
+CPU default (``make bench``): a mid-size random LLaDA-shaped model (d_model 1024, 8 layers), prompt 256 + answer
+128, block 32, every cache mode through the real ``generate`` loop; writes results/bench/*.csv.
+``--device cuda --shape llada-8b``: the real LLaDA-8B shapes with random bf16 weights, per-forward latency per
+cache mode at answer lengths 256/512/1024, batch 1 and 8.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from dllm_bench.decoding import build_cache, build_policy, build_selector, generate
+from dllm_bench.decoding.selectors import (
+    factor_commit_mask,
+    frechet_commit_mask,
+    threshold_commit_mask,
+    topk_commit_mask,
+)
+from dllm_bench.models import DiffusionLM, FeatureCache, KVCache, ModelConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+LLADA_CONFIG = ROOT.parent / "shared" / "reference" / "model_configs" / "llada-8b-instruct" / "config.json"
+SHAPES = {
+    # d_model, n_layers, n_heads, mlp_hidden, vocab
+    "cpu-mid": dict(d_model=1024, n_layers=8, n_heads=16, n_kv_heads=16, mlp_hidden_size=3072, embedding_size=16384),
+    "llada-8b": dict(d_model=4096, n_layers=32, n_heads=32, n_kv_heads=32, mlp_hidden_size=12288, embedding_size=126464),
+    "tiny": dict(d_model=64, n_layers=2, n_heads=4, n_kv_heads=4, mlp_hidden_size=256, embedding_size=512),
+}
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def build_model(shape: str, device: torch.device, dtype: torch.dtype) -> DiffusionLM:
+    """Random-weight LLaDA-shaped network (real 8B config keys, sizes from ``SHAPES``)."""
+    raw = json.loads(LLADA_CONFIG.read_text())
+    sizes = SHAPES[shape]
+    vocab = sizes["embedding_size"]
+    raw.update(sizes, vocab_size=vocab)
+    if vocab < 126464:  # keep the special ids inside a smaller vocabulary
+        raw.update(mask_token_id=vocab - 1, eos_token_id=vocab - 2, pad_token_id=vocab - 2, bos_token_id=vocab - 3)
+    cfg = ModelConfig.from_hf_config(raw, name_or_path=f"random-{shape}")
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = DiffusionLM(cfg).to(dtype)
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.02) if p.dim() > 1 else torch.nn.init.ones_(p)
+    return model.eval()
+
+
+class TimedNetwork:
+    """Wraps the network to time every forward (synchronised) and remember its query length."""
+
+    def __init__(self, model: DiffusionLM):
+        self.model, self.config = model, model.config
+        self.forwards: list[tuple[int, float]] = []
+
+    def __call__(self, input_ids, **kwargs):
+        sync(input_ids.device)
+        t = time.perf_counter()
+        out = self.model(input_ids, **kwargs)
+        sync(input_ids.device)
+        self.forwards.append((input_ids.shape[1], time.perf_counter() - t))
+        return out
+
+
+def layer_flops(cfg: ModelConfig, queries: int, keys: int) -> float:
+    """Multiply-add FLOPs of one forward with ``queries`` query positions attending over ``keys`` keys."""
+    d, hd = cfg.d_model, cfg.d_model // cfg.n_heads
+    kv = cfg.n_kv_heads * hd
+    proj = 2 * queries * (d * d * 2 + d * kv * 2)  # q, o and k, v
+    mlp = 2 * queries * 3 * d * cfg.mlp_hidden_size
+    attn = 2 * 2 * queries * keys * d
+    return cfg.n_layers * (proj + mlp + attn) + 2 * queries * d * cfg.vocab_size
+
+
+def bench_selectors(repeats: int) -> pd.DataFrame:
+    """Cost per call of each commit rule on random confidence profiles."""
+    rules = {
+        "topk": lambda c, m: topk_commit_mask(c, m, 4),
+        "threshold": lambda c, m: threshold_commit_mask(c, m, 0.9),
+        "factor": lambda c, m: factor_commit_mask(c, m, 1.0),
+        "factor_compat": lambda c, m: factor_commit_mask(c, m, 1.0, compat=True),
+        "frechet": lambda c, m: frechet_commit_mask(c, m, 0.25),
+    }
+    rows = []
+    g = torch.Generator().manual_seed(0)
+    for batch in (1, 8):
+        for length in (32, 256):
+            conf = torch.rand(batch, length, generator=g, dtype=torch.float64)
+            cand = torch.rand(batch, length, generator=g) < 0.7
+            for name, rule in rules.items():
+                rule(conf, cand)
+                t = time.perf_counter()
+                for _ in range(repeats):
+                    rule(conf, cand)
+                us = (time.perf_counter() - t) / repeats * 1e6
+                rows.append(dict(selector=name, batch=batch, candidates_window=length, us_per_call=round(us, 2)))
+    return pd.DataFrame(rows)
+
+
+CPU_CACHES = {
+    "none": ("none", {}),
+    "prefix": ("prefix", {}),
+    "dual": ("dual", {}),
+    "dllm": ("dllm", {"prompt_interval": 50, "response_interval": 7, "verify_ratio": 0.25}),
+}
+
+
+def bench_generate(model: DiffusionLM, batch: int, prompt: int, answer: int, block: int, steps: int) -> pd.DataFrame:
+    """Per-step time by cache mode through ``generate`` (fixed-step top-k, so every mode does the same steps)."""
+    cfg = model.config
+    device = next(model.parameters()).device
+    ids = torch.randint(0, cfg.vocab_size - 8, (batch, prompt), generator=torch.Generator().manual_seed(1)).to(device)
+    rows = []
+    full_flops = layer_flops(cfg, prompt + answer, prompt + answer)
+    for mode, (name, params) in CPU_CACHES.items():
+        net = TimedNetwork(model)
+        generate(net, ids[:, :16], gen_length=block, block_length=block, policy=build_policy("blocks", steps=2),
+                 selector=build_selector("topk"), cache=build_cache(name, **params))  # warm-up
+        net.forwards.clear()
+        sync(device)
+        t = time.perf_counter()
+        out = generate(net, ids, gen_length=answer, block_length=block, policy=build_policy("blocks", steps=steps),
+                       selector=build_selector("topk"), cache=build_cache(name, **params))
+        sync(device)
+        wall = time.perf_counter() - t
+        inside = sum(s for _, s in net.forwards)
+        cached = [s for q, s in net.forwards if q < prompt + answer]
+        full = [s for q, s in net.forwards if q == prompt + answer]
+        if name == "prefix":
+            expected = sum(layer_flops(cfg, q, prompt + answer) for q, _ in net.forwards if q < prompt + answer)
+            expected /= max(len(cached), 1) * full_flops
+        elif name == "dual":
+            expected = layer_flops(cfg, block, prompt + answer) / full_flops
+        else:
+            expected = float("nan")
+        rows.append(dict(
+            cache=mode, batch=batch, prompt=prompt, answer=answer, block=block, steps=out.records[0].nfe,
+            step_time_ms=round(wall / out.records[0].nfe * 1e3, 2),
+            full_forward_ms=round(sum(full) / max(len(full), 1) * 1e3, 2) if full else float("nan"),
+            cached_forward_ms=round(sum(cached) / len(cached) * 1e3, 2) if cached else float("nan"),
+            outside_network_fraction=round(1 - inside / wall, 4),
+            cached_flop_ratio=round(expected, 4),
+        ))
+    base = rows[0]["step_time_ms"]
+    for r in rows:
+        r["step_time_vs_none"] = round(r["step_time_ms"] / base, 4)
+        ratio = r["cached_forward_ms"] / rows[0]["full_forward_ms"] if r["cached_forward_ms"] == r["cached_forward_ms"] else float("nan")
+        r["cached_time_ratio"] = round(ratio, 4)
+        r["time_over_flop_ratio"] = round(ratio / r["cached_flop_ratio"], 3) if r["cached_flop_ratio"] == r["cached_flop_ratio"] else float("nan")
+    return pd.DataFrame(rows)
+
+
+def forward_latency(model: DiffusionLM, mode: str, batch: int, prompt: int, answer: int, block: int,
+                    repeats: int) -> float:
+    """Seconds per forward of one cache mode's steady-state step (cache already filled)."""
+    cfg = model.config
+    device = next(model.parameters()).device
+    x = torch.randint(0, cfg.vocab_size - 8, (batch, prompt + answer), device=device)
+    s, e = prompt, prompt + block
+    with torch.no_grad():
+        if mode == "none":
+            def call():
+                return model(x)
+        elif mode in ("prefix", "dual"):
+            kv = KVCache()
+            model(x, cache=kv)
+            end = x.shape[1] if mode == "prefix" else e
+
+            def call():
+                return model(x[:, s:end], cache=kv, start=s)
+        else:
+            fc = FeatureCache(prompt_length=prompt)
+            fc.plan(True, True, 0.0)
+            model(x, cache=fc)
+            fc.plan(False, False, 0.25)
+
+            def call():
+                return model(x, cache=fc)
+        call()
+        sync(device)
+        t = time.perf_counter()
+        for _ in range(repeats):
+            call()
+        sync(device)
+    return (time.perf_counter() - t) / repeats
+
+
+def bench_forward_latency(model: DiffusionLM, prompt: int, answers: list[int], batches: list[int], block: int,
+                          repeats: int, deadline: float) -> pd.DataFrame:
+    rows = []
+    for answer in answers:
+        for batch in batches:
+            for mode in ("none", "prefix", "dual", "dllm"):
+                if time.perf_counter() > deadline:
+                    return pd.DataFrame(rows)
+                sec = forward_latency(model, mode, batch, prompt, answer, block, repeats)
+                rows.append(dict(cache=mode, batch=batch, prompt=prompt, answer=answer, block=block,
+                                 forward_ms=round(sec * 1e3, 3)))
+    return pd.DataFrame(rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--shape", default=None, choices=sorted(SHAPES), help="default: cpu-mid on cpu, llada-8b on cuda")
+    ap.add_argument("--out", default=str(ROOT / "results" / "bench"))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--prompt", type=int, default=None)
+    ap.add_argument("--answer", type=int, default=128)
+    ap.add_argument("--block", type=int, default=32)
+    ap.add_argument("--budget-s", type=float, default=280.0, help="stop the latency sweep after this long")
+    args = ap.parse_args()
+    device = torch.device(args.device)
+    torch.set_num_threads(args.threads)
+    shape = args.shape or ("llada-8b" if device.type == "cuda" else "cpu-mid")
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    tag = f"{device.type}_{shape}"
+    meta = dict(device=str(torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"),
+                threads=args.threads, torch=torch.__version__, dtype=str(dtype).replace("torch.", ""))
+
+    sel = bench_selectors(repeats=200)
+    for k, v in meta.items():
+        sel[k] = v
+    sel.to_csv(out / f"selectors_{device.type}.csv", index=False)
+    print(sel.to_string(index=False))
+
+    model = build_model(shape, device, dtype)
+    if device.type == "cpu":
+        prompt = args.prompt or 256
+        steps = (args.answer // args.block) * 4
+        with torch.no_grad():
+            gen = bench_generate(model, 1, prompt, args.answer, args.block, steps)
+        gen["shape"] = shape
+        for k, v in meta.items():
+            gen[k] = v
+        gen.to_csv(out / f"cache_steps_{tag}.csv", index=False)
+        print(gen.to_string(index=False))
+    else:
+        prompt = args.prompt or 512
+        lat = bench_forward_latency(model, prompt, [256, 512, 1024], [1, 8], args.block, repeats=5,
+                                    deadline=start + args.budget_s)
+        lat["shape"] = shape
+        for k, v in meta.items():
+            lat[k] = v
+        lat.to_csv(out / f"forward_latency_{tag}.csv", index=False)
+        print(lat.to_string(index=False))
+    print(f"total {time.perf_counter() - start:.1f}s")
+
+
+if __name__ == "__main__":
+    main()
