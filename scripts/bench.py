@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import statistics
 import time
 from pathlib import Path
 
@@ -118,7 +120,10 @@ CPU_CACHES = {
 
 
 def bench_generate(model: DiffusionLM, batch: int, prompt: int, answer: int, block: int, steps: int) -> pd.DataFrame:
-    """Per-step time by cache mode through ``generate`` (fixed-step top-k, so every mode does the same steps)."""
+    """Per-step time by cache mode through ``generate`` (fixed-step top-k, so every mode does the same steps).
+
+    Forward times are medians (robust to other processes on a shared machine); the step time is the mean.
+    """
     cfg = model.config
     device = next(model.parameters()).device
     ids = torch.randint(0, cfg.vocab_size - 8, (batch, prompt), generator=torch.Generator().manual_seed(1)).to(device)
@@ -148,8 +153,8 @@ def bench_generate(model: DiffusionLM, batch: int, prompt: int, answer: int, blo
         rows.append(dict(
             cache=mode, batch=batch, prompt=prompt, answer=answer, block=block, steps=out.records[0].nfe,
             step_time_ms=round(wall / out.records[0].nfe * 1e3, 2),
-            full_forward_ms=round(sum(full) / max(len(full), 1) * 1e3, 2) if full else float("nan"),
-            cached_forward_ms=round(sum(cached) / len(cached) * 1e3, 2) if cached else float("nan"),
+            full_forward_ms=round(statistics.median(full) * 1e3, 2) if full else float("nan"),
+            cached_forward_ms=round(statistics.median(cached) * 1e3, 2) if cached else float("nan"),
             outside_network_fraction=round(1 - inside / wall, 4),
             cached_flop_ratio=round(expected, 4),
         ))
@@ -231,7 +236,8 @@ def main() -> None:
     start = time.perf_counter()
     tag = f"{device.type}_{shape}"
     meta = dict(device=str(torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"),
-                threads=args.threads, torch=torch.__version__, dtype=str(dtype).replace("torch.", ""))
+                threads=args.threads, torch=torch.__version__, dtype=str(dtype).replace("torch.", ""),
+                load_average_1m=round(os.getloadavg()[0], 2))
 
     sel = bench_selectors(repeats=200)
     for k, v in meta.items():

@@ -242,3 +242,14 @@ def test_token_counts_and_trace(llada):
     assert step.sorted_confidences == sorted(step.sorted_confidences, reverse=True)
     assert step.frechet_core is not None and step.frechet_bonus >= -1e-12
     assert sum(t.n_committed for t in rec.trace) == G
+
+
+@pytest.mark.parametrize("cache", sorted(CACHES))
+def test_oracle_batched_equals_alone(llada, cache):
+    prompts = prompts_for(llada)
+    reference = run(llada, prompts, selector=("topk", {}), policy=("blocks", {"steps": G})).tokens
+    batched = run(llada, prompts, selector=("oracle", {}), cache=CACHES[cache], reference=reference)
+    for i, prompt in enumerate(prompts):
+        alone = run(llada, [prompt], selector=("oracle", {}), cache=CACHES[cache], reference=reference[i : i + 1])
+        assert batched.tokens[i].tolist() == alone.tokens[0].tolist()
+        assert batched.records[i].nfe == alone.records[0].nfe
