@@ -6,6 +6,7 @@ weight is read or any large tensor allocated, so a bad directory fails in millis
 
 from __future__ import annotations
 
+import hashlib
 import json
 import warnings
 from pathlib import Path
@@ -145,6 +146,29 @@ def load_tokenizer(directory: Path) -> Any:
 def is_llada_v_config(raw: dict[str, Any]) -> bool:
     """LLaDA-V (LLaVA-style) checkpoints: ``model_type: llava_llada`` or a vision tower in the config."""
     return raw.get("model_type") == "llava_llada" or "mm_vision_tower" in raw or "vision_config" in raw
+
+
+def checkpoint_fingerprint(name_or_path: str | Path, sample_bytes: int = 16 << 20) -> str | None:
+    """Content fingerprint of a local checkpoint (None for a hub id): sha256 over config.json and, per weight
+    file, its name, size and first/last ``sample_bytes`` — whole files up to 32 MiB, seconds for an 8B model.
+
+    Results are keyed by it, so retrained weights never reuse runs made with the old ones.
+    """
+    directory = Path(name_or_path).expanduser()
+    if not directory.is_dir():
+        return None
+    digest = hashlib.sha256()
+    for f in sorted(directory.iterdir()):
+        if f.name != "config.json" and f.suffix not in (".safetensors", ".bin", ".pt"):
+            continue
+        size = f.stat().st_size
+        digest.update(f"{f.name}:{size}:".encode())
+        with f.open("rb") as fh:
+            digest.update(fh.read(sample_bytes))
+            if size > 2 * sample_bytes:
+                fh.seek(size - sample_bytes)
+            digest.update(fh.read(sample_bytes))
+    return digest.hexdigest()[:16]
 
 
 def default_device() -> str:

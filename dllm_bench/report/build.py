@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from dllm_bench.models.loading import checkpoint_fingerprint
 from dllm_bench.report.aggregate import Aggregate, aggregate_runs
 from dllm_bench.report.published import PublishedRow
 from dllm_bench.report.runs import compose_configs, matching_rows, override_value
@@ -63,29 +64,19 @@ def runner_check(config: dict[str, Any]) -> tuple[bool, str | None]:
     return False, None
 
 
-def weights_mtime(name_or_path: str) -> float | None:
-    """Newest modification time of a local checkpoint's weight files (None for hub ids)."""
-    folder = Path(name_or_path)
-    if not folder.is_dir():
-        return None
-    times = [p.stat().st_mtime for p in folder.iterdir() if p.suffix in (".safetensors", ".bin", ".pt")]
-    return max(times) if times else None
-
-
 def drop_stale(rows: pd.DataFrame, config: dict[str, Any]) -> tuple[pd.DataFrame, str | None]:
-    """Drop runs started before the local checkpoint's weights last changed (the run id does not hash weights)."""
-    mtime = weights_mtime(str(config.get("model", {}).get("name_or_path", "")))
-    if rows.empty or mtime is None or "started_at" not in rows.columns:
+    """Drop runs made with other weights than the local checkpoint has now (by content fingerprint)."""
+    current = checkpoint_fingerprint(str(config.get("model", {}).get("name_or_path", "")))
+    if rows.empty or current is None:
         return rows, None
-    started = pd.to_datetime(rows["started_at"], utc=True, errors="coerce")
-    changed = pd.Timestamp(mtime, unit="s", tz="UTC")
-    stale = rows[started < changed]
+    recorded = rows["model.fingerprint"] if "model.fingerprint" in rows.columns else pd.Series(None, index=rows.index)
+    stale = rows[recorded.astype(str) != current]
     if stale.empty:
         return rows, None
     folders = ", ".join(f"{Path(s).parent}/{r}/" for s, r in zip(stale["source"], stale["run_id"]))
-    return rows[~(started < changed)], (
-        f"stale: the checkpoint changed after these runs started ({folders}); delete them and their runs.csv "
-        f"rows, then rerun")
+    return rows[recorded.astype(str) == current], (
+        f"stale: these runs used other weights than the checkpoint has now ({folders}); delete them and their "
+        f"runs.csv rows, then rerun")
 
 
 def resolve_table(

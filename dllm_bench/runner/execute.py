@@ -15,6 +15,7 @@ import torch
 from omegaconf import DictConfig
 
 from dllm_bench.runner.completions import COUNT_KEYS, completion_texts
+from dllm_bench.models.loading import checkpoint_fingerprint
 from dllm_bench.runner.config import compute_run_id, flatten
 from dllm_bench.runner.environment import environment_info
 from dllm_bench.runner.progress import RunProgress
@@ -169,6 +170,8 @@ def default_engine_factory(c: dict[str, Any], ctx: DistContext) -> Engine:
 def execute(cfg: DictConfig | dict[str, Any], engine_factory: EngineFactory | None = None) -> dict[str, Any] | None:
     """Run (or resume) one configuration; returns the runs.csv row on rank 0, None on other ranks."""
     c = validate_config(cfg)
+    # weights are part of a run's identity: a retrained checkpoint never resumes the old checkpoint's runs
+    c["model"]["fingerprint"] = checkpoint_fingerprint(c["model"]["name_or_path"])
     task = build_task(c["task"])
     run_id = compute_run_id(c)
     ctx = init_distributed()

@@ -156,3 +156,15 @@ def test_hub_id_offline_gives_clear_error(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(FileNotFoundError, match="GSAI-ML/LLaDA-8B-Instruct"):
         load_model("GSAI-ML/LLaDA-8B-Instruct", device="meta")
+
+
+def test_checkpoint_fingerprint_follows_content_not_mtime(llada_copy: Path, tmp_path: Path) -> None:
+    from dllm_bench.models.loading import checkpoint_fingerprint
+    from dllm_bench.models.tiny_format import make_random_checkpoint
+
+    first = checkpoint_fingerprint(llada_copy)
+    (llada_copy / "model.safetensors").touch()
+    assert checkpoint_fingerprint(llada_copy) == first
+    make_random_checkpoint(llada_copy, "llada", seed=7)
+    assert checkpoint_fingerprint(llada_copy) not in (None, first)
+    assert checkpoint_fingerprint("GSAI-ML/LLaDA-8B-Instruct") is None

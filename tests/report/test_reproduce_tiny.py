@@ -42,10 +42,14 @@ def test_tiny_cell_runs_through_the_runner_and_fills_its_cell(tmp_path):
     traces = sorted(results_dir.glob("tiny_table/*/traces.jsonl"))
     analysis = analyse_profiles(read_trace_steps(traces), delta=0.25)
     assert (analysis.commits["observed"] == analysis.commits["frechet"]).all()
-    # new weights after the run: the run id is unchanged, but the cell must not show the old numbers
+    # a fresh clone touches every file: same weights, still the same cell
     later = time.time() + 60
     for weights in Path(checkpoint).glob("*.safetensors"):
         os.utime(weights, (later, later))
+    touched = {r.cell.layout: r for r in resolve_table(spec, read_runs(find_runs_csv(results_dir)), extra=extra)}
+    assert touched[(("frechet",), ("none",))].status == "ok"
+    # retrained weights: the old run must not fill the cell
+    make_random_checkpoint(checkpoint, "llada", seed=1)
     stale = {r.cell.layout: r for r in resolve_table(spec, read_runs(find_runs_csv(results_dir)), extra=extra)}
     assert stale[(("frechet",), ("none",))].status == "unavailable"
-    assert stale[(("frechet",), ("none",))].reason.startswith("stale: the checkpoint changed")
+    assert stale[(("frechet",), ("none",))].reason.startswith("stale: these runs used other weights")

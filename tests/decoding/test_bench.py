@@ -1,0 +1,30 @@
+"""The benchmark script's code paths at tiny size (the GPU latency sweep included), not its speed."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench.py"
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("dllm_bench_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_paths_run_at_tiny_size():
+    bench = load_bench()
+    model = bench.build_model("tiny", torch.device("cpu"), torch.float32)
+    lat = bench.bench_forward_latency(model, 16, [16], [1, 2], 8, repeats=1, deadline=float("inf"))
+    assert sorted(lat["cache"].unique()) == ["dllm", "dual", "none", "prefix"] and (lat["forward_ms"] > 0).all()
+    with torch.no_grad():
+        steps = bench.bench_generate(model, 1, 16, 16, 8, 4)
+    assert list(steps["cache"]) == ["none", "prefix", "dual", "dllm"]
+    assert (steps["steps"] == 4).all() and steps["outside_network_fraction"].between(0, 1).all()
+    # FLOP model: a dual step (block only) costs less than a full forward
+    assert bench.layer_flops(model.config, 8, 32) < bench.layer_flops(model.config, 32, 32)
