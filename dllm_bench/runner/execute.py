@@ -14,8 +14,8 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from dllm_bench.runner.completions import COUNT_KEYS, completion_texts
 from dllm_bench.models.loading import checkpoint_fingerprint
+from dllm_bench.runner.completions import COUNT_KEYS, completion_texts
 from dllm_bench.runner.config import compute_run_id, flatten
 from dllm_bench.runner.environment import environment_info
 from dllm_bench.runner.progress import RunProgress
