@@ -25,8 +25,9 @@ class MathVerse(Task):
     stop_strings = ()
 
     def __init__(self, *, prompt_field: str = "query_cot", version: str | None = None, judge: Judge | None = None,
-                 image_root: str | None = None, **cfg) -> None:
+                 image_root: str | None = None, think: bool = False, **cfg) -> None:
         super().__init__(**cfg)
+        self.think = think
         if prompt_field not in PROMPT_FIELDS:
             raise ValueError(f"prompt_field={prompt_field!r}: expected one of {PROMPT_FIELDS}")
         if self.num_fewshot != 0:
@@ -62,7 +63,8 @@ class MathVerse(Task):
         return docs
 
     def prompt(self, doc: dict, chat: bool = False) -> str:
-        return doc[self.prompt_field]
+        """The chosen query field; LLaDA-V's think mode appends " /think" (lmms-eval ``think_mode``)."""
+        return doc[self.prompt_field] + (" /think" if self.think else "")
 
     def extract(self, completion: str, doc: dict) -> str | None:
         """Option letter when the gold is a letter; otherwise the cleaned final-answer text."""

@@ -34,11 +34,12 @@ class MathVista(Task):
     stop_strings = ()
     needs_images = True
 
-    def __init__(self, *, judge: Judge | None = None, image_root: str | None = None, **cfg) -> None:
+    def __init__(self, *, judge: Judge | None = None, image_root: str | None = None, think: bool = False,
+                 **cfg) -> None:
         super().__init__(**cfg)
         if self.num_fewshot != 0:
             raise ValueError(f"num_fewshot={self.num_fewshot}: mathvista is evaluated 0-shot")
-        self.judge, self.image_root = judge, image_root
+        self.judge, self.image_root, self.think = judge, image_root, think
 
     def load_all_docs(self) -> list[dict]:
         local = resolve_local(self.config.data_files, self.config.data_dir, ("testmini.json",))
@@ -65,7 +66,8 @@ class MathVista(Task):
         return docs
 
     def prompt(self, doc: dict, chat: bool = False) -> str:
-        return doc["query"]
+        """The official query; LLaDA-V's think mode appends " /think" (lmms-eval ``think_mode``)."""
+        return doc["query"] + (" /think" if self.think else "")
 
     def extract(self, completion: str, doc: dict) -> str | None:
         """Normalised answer: choice text for multi_choice; int, rounded float or list string for free_form."""
