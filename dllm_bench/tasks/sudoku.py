@@ -1,7 +1,7 @@
 """4x4 Sudoku, the embedded tiny models' task: the prompt is the puzzle, the answer the 16 digits.
 
-Scored by validity and match: a completion is correct when its 16 digits form a valid grid that keeps
-every clue; the puzzles have a unique solution, so that is the same as matching the gold grid.
+Scored by validity: a completion is correct when its 16 digits form a valid grid that keeps every clue.
+Most puzzles have several valid completions; the row's 'solution' is one of them (a reference only).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class SudokuTask(Task):
             raise ValueError(f"num_fewshot={self.num_fewshot}: sudoku is zero-shot only; allowed: 0")
 
     def load_all_docs(self) -> list[dict]:
-        """Rows {sample_id, puzzle, solution, clues} from the shipped JSONL or `data_files`."""
+        """Rows {sample_id, puzzle, solution, clues, n_solutions} from the shipped JSONL or `data_files`."""
         rows = read_rows(self.config.data_files or TEST_SET_PATH)
         for i, row in enumerate(rows):
             missing = [k for k in ("puzzle", "solution") if k not in row]

@@ -1,11 +1,13 @@
-"""4x4 Sudoku: solution grids, minimal unique-solution puzzles, deterministic train/test splits, text format.
+"""4x4 Sudoku with several valid answers: solution grids, puzzles, deterministic train/test splits, text format.
 
 Pure Python + numpy (no torch): the tasks layer reads the held-out set through this module.
 
 Why this task: the 16 answer cells constrain each other (row, column, 2x2 box), so committing two
 uncertain cells in the same decoding step can produce a grid that breaks a constraint, while committing
-one cell at a time lets every later cell condition on the earlier ones. Puzzles are *minimal* (removing
-any clue loses uniqueness; 4-6 clues), so most cells are uncertain at the first step.
+one cell at a time lets every later cell condition on the earlier ones. Puzzles keep few random clues
+(2-6 of a random grid), so most have several valid completions: the uncertainty of an open cell is
+genuine (the training target is a uniformly random valid completion), not a deduction the network failed
+to make in one forward, and a calibrated model shows it. Scored by validity (a valid grid keeping the clues).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ CELLS = SIZE * SIZE
 DIGITS = "1234"
 BLANK = "."
 ROW_SEPARATOR = "/"
+CLUE_COUNTS = (2, 3, 4, 5, 6)  # clues kept per puzzle, drawn uniformly
 TEST_BUCKETS = 8  # a puzzle is held out when sha256(puzzle) % TEST_BUCKETS == 0
 TEST_SET_SEED = 20240601
 TEST_SET_SIZE = 500
@@ -86,6 +89,25 @@ def minimal_puzzle(rng: random.Random) -> tuple[np.ndarray, np.ndarray]:
     return puzzle, solution
 
 
+def completions(puzzle: np.ndarray) -> np.ndarray:
+    """All valid grids agreeing with the clues of `puzzle` ([16] ints, 0 = blank), as [n, 16]."""
+    clues = puzzle > 0
+    grids = solution_grids()
+    return grids[np.all(grids[:, clues] == puzzle[clues], axis=1)]
+
+
+def open_puzzle(rng: random.Random) -> tuple[np.ndarray, np.ndarray]:
+    """A random (puzzle, answer) pair: k in CLUE_COUNTS random clues of a random grid; answer = a uniformly
+    random valid completion (so a trained model's marginals match the true spread of valid answers)."""
+    grids = solution_grids()
+    grid = grids[rng.randrange(len(grids))]
+    puzzle = np.zeros(CELLS, dtype=np.int8)
+    cells = rng.sample(range(CELLS), rng.choice(CLUE_COUNTS))
+    puzzle[cells] = grid[cells]
+    valid = completions(puzzle)
+    return puzzle, valid[rng.randrange(len(valid))]
+
+
 def puzzle_text(puzzle: np.ndarray) -> str:
     """Prompt text: four rows of digits and '.' separated by '/', e.g. '1.../..2./..../.4..'."""
     chars = "".join(BLANK if v == 0 else str(int(v)) for v in puzzle)
@@ -110,21 +132,35 @@ def is_test_puzzle(text: str) -> bool:
     return int(hashlib.sha256(text.encode()).hexdigest(), 16) % TEST_BUCKETS == 0
 
 
-def puzzle_stream(seed: int, split: str) -> Iterator[tuple[str, str]]:
-    """Endless (puzzle_text, solution_text) pairs of one split ('train' or 'test'), deterministic in seed."""
+PUZZLE_KINDS = {"open": open_puzzle, "minimal": minimal_puzzle}
+
+
+def puzzle_stream(seed: int, split: str, kind: str = "open") -> Iterator[tuple[str, str]]:
+    """Endless (puzzle_text, answer_text) pairs of one split ('train' or 'test') and kind, deterministic in seed.
+
+    kind 'open' (the task: few clues, several valid answers) or 'minimal' (unique solution, minimal clues;
+    the first training stage of the shipped models).
+    """
     if split not in ("train", "test"):
         raise ValueError(f"split {split!r} is not one of 'train', 'test'")
+    if kind not in PUZZLE_KINDS:
+        raise ValueError(f"puzzle kind {kind!r} is not one of {sorted(PUZZLE_KINDS)}")
+    make = PUZZLE_KINDS[kind]
     rng = random.Random(seed)
     want_test = split == "test"
     while True:
-        puzzle, solution = minimal_puzzle(rng)
+        puzzle, solution = make(rng)
         text = puzzle_text(puzzle)
         if is_test_puzzle(text) == want_test:
             yield text, solution_text(solution)
 
 
 def make_test_set(n: int = TEST_SET_SIZE, seed: int = TEST_SET_SEED) -> list[dict]:
-    """The first n distinct held-out puzzles of the seeded test stream, as JSON-ready dicts."""
+    """The first n distinct held-out puzzles of the seeded test stream, as JSON-ready dicts.
+
+    'solution' is one valid completion (a reference; any valid grid keeping the clues is correct),
+    'n_solutions' how many valid completions the puzzle has.
+    """
     rows: list[dict] = []
     seen: set[str] = set()
     for text, solution in puzzle_stream(seed, "test"):
@@ -136,6 +172,7 @@ def make_test_set(n: int = TEST_SET_SIZE, seed: int = TEST_SET_SEED) -> list[dic
             "puzzle": text,
             "solution": solution,
             "clues": sum(c in DIGITS for c in text),
+            "n_solutions": len(completions(parse_puzzle(text))),
         })
         if len(rows) == n:
             return rows

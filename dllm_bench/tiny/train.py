@@ -1,7 +1,12 @@
 """Train a tiny LLaDA or Dream on 4x4 Sudoku with LLaDA's masked-diffusion SFT objective.
 
-    python -m dllm_bench.tiny.train --flavour llada        # ~25 min on 2 CPU cores
-    python -m dllm_bench.tiny.train --flavour dream
+    python -m dllm_bench.tiny.train --flavour llada        # both stages: 48 min recorded on 1 shared thread
+    python -m dllm_bench.tiny.train --flavour dream        # 66 min recorded on 1 shared thread
+
+Two stages by default: stage 1 (``--stage1-steps``, from random init) learns the constraints on minimal
+unique-solution puzzles, stage 2 (``--steps``, from the stage-1 weights) trains on the task's open puzzles
+(few clues, target a uniformly random valid completion), which calibrates the confidences of open cells.
+``--stage1-steps 0 --init-from DIR`` runs stage 2 alone from a stage-1 checkpoint.
 
 Writes the checkpoint (config.json, model.safetensors, tokenizer files) to
 ``dllm_bench/tiny/checkpoints/tiny_<flavour>/`` every ``--save-every`` steps and at the end, the loss curve to
@@ -19,7 +24,7 @@ import platform
 import random
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -28,10 +33,13 @@ from dllm_bench.models import DiffusionLM
 from dllm_bench.tiny.encoding import DEFAULT_GEN_LENGTH, encode_batch
 from dllm_bench.tiny.model_setup import build_tiny_model, build_tiny_tokenizer, save_tiny_checkpoint
 from dllm_bench.tiny.objective import mask_answers, masked_diffusion_loss
-from dllm_bench.tiny.sudoku_puzzles import load_test_set, puzzle_stream
+from dllm_bench.tiny.sudoku_puzzles import PUZZLE_KINDS, load_test_set, puzzle_stream
 
 CHECKPOINT_ROOT = Path(__file__).parent / "checkpoints"
 STATE_ROOT = Path("outputs") / "tiny_train"
+# stage 1 (from random init, minimal puzzles) of the shipped recipe; the other settings are shared with stage 2
+SHIPPED_STEPS = {"llada": 1300, "dream": 1000}  # stage 2 of the shipped checkpoints
+STAGE1_OVERRIDES = {"puzzles": "minimal", "lr": 2e-3, "warmup_steps": 100, "init_from": None, "stage1_steps": 0}
 
 
 @dataclass
@@ -40,11 +48,14 @@ class TrainConfig:
 
     flavour: str = "llada"
     seed: int = 0
-    steps: int = 2400
+    puzzles: str = "open"  # 'open' (several valid answers; the task) or 'minimal' (unique solution; stage 1)
+    init_from: str | None = None  # checkpoint dir whose weights start the run (stage 2), else random init
+    stage1_steps: int = 1500  # > 0: `two_stage` first trains that many steps from scratch on minimal puzzles
+    steps: int | None = None  # stage-2 steps; None = the shipped run's count for the flavour (SHIPPED_STEPS)
     batch_size: int = 128
-    lr: float = 2e-3
+    lr: float = 1e-3
     min_lr_ratio: float = 0.05
-    warmup_steps: int = 100
+    warmup_steps: int = 20
     weight_decay: float = 0.01
     grad_clip: float = 1.0
     eps: float = 1e-3
@@ -65,8 +76,12 @@ class TrainConfig:
     monitor_puzzles: int = 128  # held-out puzzles decoded one cell per step during training (monitoring only)
 
     def __post_init__(self) -> None:
+        if self.puzzles not in PUZZLE_KINDS:
+            raise ValueError(f"puzzles {self.puzzles!r} is not one of {sorted(PUZZLE_KINDS)}")
         if self.flavour not in ("llada", "dream"):
             raise ValueError(f"flavour {self.flavour!r} is not one of 'llada', 'dream'")
+        if self.steps is None:
+            self.steps = SHIPPED_STEPS[self.flavour]
         if min(self.answer_lengths) < 17:
             raise ValueError(f"answer_lengths {self.answer_lengths}: each must be >= 17 (16 digits + end token)")
         if self.steps < 1 or self.batch_size < 1:
@@ -133,6 +148,12 @@ def train(cfg: TrainConfig, out_dir: Path, state_path: Path, resume: bool = Fals
                              n_heads=cfg.n_heads, mlp_hidden_size=cfg.mlp_hidden_size,
                              llada_qkv_bias=cfg.llada_qkv_bias)
     init_weights(model, cfg.n_layers)
+    init_log = None
+    if cfg.init_from:
+        from dllm_bench.models import load_model
+
+        model.load_state_dict(load_model(cfg.init_from, device="cpu", dtype="float32").state_dict())
+        init_log = json.loads((Path(cfg.init_from) / "train_log.json").read_text())
     mcfg = model.config
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -144,7 +165,7 @@ def train(cfg: TrainConfig, out_dir: Path, state_path: Path, resume: bool = Fals
         "config": asdict(cfg), "parameters": model.num_parameters(), "curve": [], "monitor": [],
         "command": "python -m dllm_bench.tiny.train " + " ".join(sys.argv[1:]),
         "torch": torch.__version__, "machine": platform.processor() or platform.machine(),
-        "train_seconds": 0.0,
+        "train_seconds": 0.0, "init_log": init_log,  # the run these weights started from (stage 1)
     }
     start_step = 0
     if resume and state_path.exists():
@@ -154,7 +175,7 @@ def train(cfg: TrainConfig, out_dir: Path, state_path: Path, resume: bool = Fals
         start_step, log = state["step"], state["log"]
         print(f"resumed at step {start_step}", flush=True)
 
-    stream = puzzle_stream(cfg.seed, "train")
+    stream = puzzle_stream(cfg.seed, "train", cfg.puzzles)
     length_rng = random.Random(cfg.seed + 1)
     gen = torch.Generator().manual_seed(cfg.seed + 2)
     for _ in range(start_step):  # replay the data and noise streams so a resumed run sees the same batches
@@ -210,13 +231,18 @@ def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, Path, Path, 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     defaults = TrainConfig()
     ap.add_argument("--flavour", choices=["llada", "dream"], required=True)
-    for name in ("seed", "steps", "batch_size", "d_model", "n_layers", "n_heads", "mlp_hidden_size", "threads",
+    ap.add_argument("--steps", type=int, default=None,
+                    help=f"stage-2 steps (default: the shipped runs', {SHIPPED_STEPS})")
+    for name in ("stage1_steps", "seed", "batch_size", "d_model", "n_layers", "n_heads", "mlp_hidden_size", "threads",
                  "save_every", "monitor_every", "monitor_puzzles", "log_every", "warmup_steps"):
         ap.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name))
     for name in ("lr", "weight_decay", "eps"):
         ap.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(defaults, name))
     ap.add_argument("--llada-qkv-bias", action=argparse.BooleanOptionalAction, default=defaults.llada_qkv_bias,
                     help="LLaDA schema's include_qkv_bias (default: on)")
+    ap.add_argument("--puzzles", choices=sorted(PUZZLE_KINDS), default=defaults.puzzles,
+                    help="training puzzles: 'open' (the task, default) or 'minimal' (unique solution; stage 1)")
+    ap.add_argument("--init-from", default=None, help="checkpoint dir to start from (default: random init)")
     ap.add_argument("--out", type=Path, default=None, help="checkpoint dir (default: checkpoints/tiny_<flavour>)")
     ap.add_argument("--state", type=Path, default=None,
                     help="resumable state file (default: outputs/tiny_train/<flavour>/state.pt)")
@@ -228,9 +254,25 @@ def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, Path, Path, 
     return cfg, out, state or STATE_ROOT / cfg.flavour / "state.pt", resume
 
 
+def two_stage(cfg: TrainConfig, out: Path, state_path: Path, resume: bool = False) -> dict:
+    """Stage 1 (cfg.stage1_steps from scratch on minimal puzzles) into outputs/, then stage 2 (cfg) from it."""
+    if cfg.stage1_steps <= 0:
+        return train(cfg, out, state_path, resume)
+    if cfg.init_from:
+        raise ValueError(f"init_from={cfg.init_from!r} with stage1_steps={cfg.stage1_steps}: stage 1 starts from "
+                         "random init; pass --stage1-steps 0 to start stage 2 from a checkpoint")
+    stage1 = replace(cfg, steps=cfg.stage1_steps, **STAGE1_OVERRIDES)
+    stage1_dir = state_path.parent / "stage1"
+    stage1_state = stage1_dir / "state.pt"
+    done = resume and stage1_state.exists() and torch.load(stage1_state, weights_only=False)["step"] >= stage1.steps
+    if not done:
+        train(stage1, stage1_dir / "checkpoint", stage1_state, resume)
+    return train(replace(cfg, init_from=str(stage1_dir / "checkpoint")), out, state_path, resume)
+
+
 def main(argv: list[str] | None = None) -> None:
     cfg, out, state_path, resume = parse_args(argv)
-    train(cfg, out, state_path, resume)
+    two_stage(cfg, out, state_path, resume)
 
 
 if __name__ == "__main__":

@@ -42,11 +42,11 @@ def test_runner_prompt_text_tokenizes_to_the_training_prompt(shipped):
         assert tok.encode(render_prompt(task, doc, tok, chat=True), add_special_tokens=False) == ids.tolist()
 
 
-# Lower bounds a little under what the shipped weights solve of these 16 (16, 13-14, 12-13, 11): the model
-# card has the 500-puzzle numbers; a stale dual cache costs accuracy on this model (docs/tiny.md).
+# Lower bounds a little under what the shipped weights solve of these 16 (LLaDA 16, 14, 16, 14; Dream 16, 11,
+# 15, 11): the model card has the 500-puzzle numbers; a stale dual cache costs accuracy here (docs/tiny.md).
 @pytest.mark.parametrize("selector, cache, min_solved", [
     ("topk", "none", N - 1),   # sequential: one cell per step
-    ("topk", "dual", 11),
+    ("topk", "dual", 9),
     ("threshold", "none", 11),  # tau 0.9
     ("threshold", "dual", 9),
 ])
@@ -71,3 +71,16 @@ def test_model_card_is_generated_from_the_shipped_logs_and_results(shipped):
     directory = CHECKPOINTS / f"tiny_{flavour}"
     assert list(directory.glob("eval_results_*.json")), "no evaluation results beside the checkpoint"
     assert (directory / "MODEL_CARD.md").read_text() == render_model_card(directory)
+
+
+def test_committing_the_whole_block_at_once_breaks_most_grids(shipped):
+    # the curse of parallelism on this task: open cells committed together clash (card: ~9 % solved of 500)
+    _, model, task, docs = shipped
+    tok = model.tokenizer
+    prompts, _ = encode_batch(tok, model.config, [d["puzzle"] for d in docs], [d["solution"] for d in docs],
+                              DEFAULT_GEN_LENGTH)
+    out = generate(model, prompts, torch.ones_like(prompts), gen_length=DEFAULT_GEN_LENGTH,
+                   block_length=DEFAULT_GEN_LENGTH, policy=build_policy("blocks", steps=1),
+                   selector=build_selector("topk"), cache=build_cache("none"), early_stop=True)
+    texts = tok.batch_decode(out.tokens, skip_special_tokens=False)
+    assert sum(task.score(t, d).correct for t, d in zip(texts, docs)) <= N // 2, texts

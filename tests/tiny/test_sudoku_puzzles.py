@@ -1,4 +1,4 @@
-"""The 4x4 Sudoku generator: grids, unique minimal puzzles, deterministic splits, the shipped test set."""
+"""The 4x4 Sudoku generator: grids, open and minimal puzzles, deterministic splits, the shipped test set."""
 
 import random
 
@@ -38,6 +38,34 @@ def test_minimal_puzzles_have_one_solution_and_no_removable_clue():
             assert sp.count_solutions(fewer) > 1
 
 
+def test_open_puzzles_keep_few_clues_and_answer_with_a_valid_completion():
+    rng = random.Random(11)
+    n_solutions = []
+    for _ in range(60):
+        puzzle, answer = sp.open_puzzle(rng)
+        clues = puzzle > 0
+        assert int(clues.sum()) in sp.CLUE_COUNTS
+        assert sp.is_valid_grid(answer) and np.all(answer[clues] == puzzle[clues])
+        valid = sp.completions(puzzle)
+        assert len(valid) == sp.count_solutions(puzzle) >= 1
+        assert any(np.array_equal(answer, g) for g in valid)
+        n_solutions.append(len(valid))
+    assert sum(n > 1 for n in n_solutions) > len(n_solutions) // 2  # most puzzles have several valid answers
+
+
+def test_open_puzzle_answers_spread_over_the_valid_completions():
+    # the answer is a random completion: its rank among the (lexicographic) completions varies
+    rng = random.Random(5)
+    ranks = []
+    for _ in range(300):
+        puzzle, answer = sp.open_puzzle(rng)
+        valid = sp.completions(puzzle)
+        if len(valid) >= 4:
+            ranks.append(int(np.flatnonzero((valid == answer).all(axis=1))[0]) / (len(valid) - 1))
+    assert len(ranks) > 50
+    assert 0.35 < float(np.mean(ranks)) < 0.65 and min(ranks) < 0.1 and max(ranks) > 0.9
+
+
 def test_text_round_trip_and_bad_text():
     puzzle, _ = sp.minimal_puzzle(random.Random(1))
     text = sp.puzzle_text(puzzle)
@@ -55,6 +83,10 @@ def test_streams_are_deterministic_and_splits_disjoint():
     assert all(sp.is_test_puzzle(p) for p, _ in take(3, "test"))
     with pytest.raises(ValueError, match="split 'dev'"):
         next(sp.puzzle_stream(0, "dev"))
+    with pytest.raises(ValueError, match="puzzle kind 'hard'"):
+        next(sp.puzzle_stream(0, "train", "hard"))
+    minimal = [next(s) for s in [sp.puzzle_stream(3, "train", "minimal")] for _ in range(20)]
+    assert all(sp.count_solutions(sp.parse_puzzle(p)) == 1 for p, _ in minimal)
 
 
 def test_shipped_test_set_is_the_seeded_generator_output():
@@ -63,3 +95,7 @@ def test_shipped_test_set_is_the_seeded_generator_output():
     assert shipped == sp.make_test_set()
     assert len({r["puzzle"] for r in shipped}) == len(shipped)
     assert len({r["sample_id"] for r in shipped}) == len(shipped)
+    for row in shipped[:50]:
+        puzzle = sp.parse_puzzle(row["puzzle"])
+        assert row["n_solutions"] == sp.count_solutions(puzzle)
+        assert row["solution"] in {sp.solution_text(g) for g in sp.completions(puzzle)}

@@ -38,3 +38,15 @@ def test_registry_and_shipped_docs():
 def test_fewshot_refused():
     with pytest.raises(ValueError, match="num_fewshot=2"):
         SudokuTask(num_fewshot=2)
+
+
+def test_any_valid_completion_counts_not_only_the_reference():
+    # '1.../..2./..../...3' has exactly three valid completions; the row stores one of them
+    doc = {"sample_id": "open", "puzzle": "1.../..2./..../...3", "solution": "1234342143122143"}
+    task = SudokuTask()
+    for other in ("1234432131422413", "1234432134122143"):
+        score = task.score(other + "<|eot_id|>", doc)
+        assert score.correct and score.extracted == other and score.gold == doc["solution"]
+    # a valid grid that breaks the clue in the last cell
+    broken = task.score("1234342121434312<|eot_id|>", doc)
+    assert not broken.correct and broken.details["valid"] and not broken.details["keeps_clues"]

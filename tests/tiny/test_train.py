@@ -2,10 +2,11 @@
 
 import json
 
+import pytest
 import torch
 
 from dllm_bench.models import load_model
-from dllm_bench.tiny.train import TrainConfig, learning_rate, parse_args, train
+from dllm_bench.tiny.train import TrainConfig, learning_rate, parse_args, train, two_stage
 
 
 def small(flavour: str, steps: int) -> TrainConfig:
@@ -38,9 +39,32 @@ def test_resume_matches_an_uninterrupted_run(tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_two_stage_runs_minimal_then_open_puzzles_from_the_stage1_weights(tmp_path):
+    cfg = small("dream", 2)
+    cfg.stage1_steps = 2
+    log = two_stage(cfg, tmp_path / "final", tmp_path / "state" / "state.pt")
+    assert log["config"]["puzzles"] == "open" and log["init_log"]["config"]["puzzles"] == "minimal"
+    assert log["init_log"]["config"]["lr"] == 2e-3 and log["config"]["init_from"] == str(tmp_path / "state" / "stage1" / "checkpoint")
+    stage1 = load_model(tmp_path / "state" / "stage1" / "checkpoint", device="cpu").state_dict()
+    final = load_model(tmp_path / "final", device="cpu").state_dict()
+    assert stage1.keys() == final.keys() and not all(torch.equal(stage1[k], final[k]) for k in stage1)
+    # a stage-2 run of 0 updates from that checkpoint would keep its weights: init_from really loads them
+    cfg0 = small("dream", 1)
+    cfg0.init_from, cfg0.lr, cfg0.weight_decay = str(tmp_path / "state" / "stage1" / "checkpoint"), 0.0, 0.0
+    train(cfg0, tmp_path / "copy", tmp_path / "copy.pt")
+    copy = load_model(tmp_path / "copy", device="cpu").state_dict()
+    assert all(torch.equal(stage1[k], copy[k]) for k in stage1)
+    cfg.init_from = "somewhere"
+    with pytest.raises(ValueError, match="init_from='somewhere' with stage1_steps=2"):
+        two_stage(cfg, tmp_path / "x", tmp_path / "x.pt")
+
+
 def test_learning_rate_schedule_and_cli_validation():
     cfg = TrainConfig(steps=100, warmup_steps=10, lr=1.0, min_lr_ratio=0.1)
     assert learning_rate(cfg, 0) == 0.1 and learning_rate(cfg, 9) == 1.0
     assert abs(learning_rate(cfg, 99) - 0.1) < 1e-3
     cfg, out, state, resume = parse_args(["--flavour", "dream", "--steps", "7"])
     assert cfg.steps == 7 and out.name == "tiny_dream" and state.parent.name == "dream" and not resume
+    assert cfg.stage1_steps == 1500 and cfg.puzzles == "open" and cfg.init_from is None
+    with pytest.raises(ValueError, match="puzzles 'hard'"):
+        TrainConfig(puzzles="hard")
