@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_SPEC)
 	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m dllm_bench.lm_eval_plugin --install
 	touch $(STAMP)
 
 setup: $(STAMP)  ## create .venv (if missing) and install the project with dev extras
