@@ -28,7 +28,7 @@ from dllm_bench.decoding.selectors import (
 from dllm_bench.models import DiffusionLM, FeatureCache, KVCache, ModelConfig
 
 ROOT = Path(__file__).resolve().parent.parent
-LLADA_CONFIG = ROOT.parent / "shared" / "reference" / "model_configs" / "llada-8b-instruct" / "config.json"
+LLADA_CONFIG = ROOT / "dllm_bench" / "models" / "reference_configs" / "llada-8b-instruct" / "config.json"
 SHAPES = {
     # d_model, n_layers, n_heads, mlp_hidden, vocab
     "cpu-mid": dict(d_model=1024, n_layers=8, n_heads=16, n_kv_heads=16, mlp_hidden_size=3072, embedding_size=16384),

@@ -34,7 +34,7 @@ from dllm_bench.models.image_processing import image_token_count
 from dllm_bench.models.llada_v import IMAGE_PLACEHOLDER_ID, LLaDAV, VisionSettings, language_config
 
 ROOT = Path(__file__).resolve().parent.parent
-REFERENCE = ROOT / "tests" / "fixtures" / "reference_configs" / "llada-v-language-model" / "config.json"
+REFERENCE = ROOT / "dllm_bench" / "models" / "reference_configs" / "llada-v-language-model" / "config.json"
 PUBLISHED_VISION = {
     "model_type": "llava_llada", "mm_vision_tower": "google/siglip2-so400m-patch14-384", "mm_hidden_size": 1152,
     "mm_projector_type": "mlp2x_gelu", "mm_vision_select_layer": -2, "mm_patch_merge_type": "spatial_unpad",

@@ -8,6 +8,7 @@ import pytest
 import torch
 from PIL import Image
 
+import dllm_bench.models
 from dllm_bench.decoding import build_cache, build_policy, build_selector, generate
 from dllm_bench.models.llada_v import LLaDAV, add_image_placeholders, forbidden_token_ids
 
@@ -102,7 +103,7 @@ def test_placeholders_and_forbidden_ids() -> None:
     assert add_image_placeholders(chat, 1) == "<|startoftext|><|start_header_id|>user<|end_header_id|>\n\n<image>\nQ?<|eot_id|>"
     from transformers import PreTrainedTokenizerFast
 
-    real = Path(__file__).parent.parent / "fixtures" / "reference_configs" / "llada-8b-instruct"
+    real = Path(dllm_bench.models.__file__).parent / "reference_configs" / "llada-8b-instruct"
     import json
 
     decoder = json.loads((real / "tokenizer_config.json").read_text())["added_tokens_decoder"]

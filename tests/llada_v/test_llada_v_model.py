@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from PIL import Image
 from safetensors.torch import load_file, save_file
 
+import dllm_bench.models
 from dllm_bench.models import CheckpointError, load_model
 from dllm_bench.models.llada_v import (
     IMAGE_PLACEHOLDER_ID,
@@ -22,7 +23,7 @@ from dllm_bench.models.llada_v import (
     language_config,
 )
 
-REF = Path(__file__).parent.parent / "fixtures" / "reference_configs" / "llada-v-language-model"
+REF = Path(dllm_bench.models.__file__).parent / "reference_configs" / "llada-v-language-model"
 # LLaVA-OneVision keys with LLaDA-V's published values (ML-GSAI/LLaDA-V train/scripts/llada_v_sft.sh)
 PUBLISHED_VISION_KEYS = {
     "model_type": "llava_llada", "architectures": ["LlavaLLaDAModelLM"],

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+import dllm_bench.models
 from dllm_bench.models import load_model
 
-REF = Path(__file__).parent.parent / "fixtures" / "reference_configs"
+REF = Path(dllm_bench.models.__file__).parent / "reference_configs"
 
 
 def _meta(tmp_path: Path, config_src: Path) -> object:

@@ -10,10 +10,11 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+import dllm_bench.models
 from dllm_bench.models import CheckpointError, ConfigError, load_model
 from dllm_bench.models.tiny_format import save_checkpoint
 
-REF = Path(__file__).parent.parent / "fixtures" / "reference_configs"
+REF = Path(dllm_bench.models.__file__).parent / "reference_configs"
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from dllm_bench.models.loading import checkpoint_fingerprint
 from dllm_bench.report.runs import compose_configs
 from dllm_bench.report.tables import get_table, table_cells
 from dllm_bench.runner.config import flatten
@@ -39,6 +40,8 @@ def write_runs(path: Path, table: str, runs: list[tuple[dict[str, Any], dict[str
     for i, ((_, _, metrics), cfg) in enumerate(zip(runs, configs)):
         flat = flatten(cfg)
         flat.pop("count_rule", None)
+        # as the runner records it: the content fingerprint of the checkpoint the run used
+        flat["model.fingerprint"] = checkpoint_fingerprint(cfg["model"]["name_or_path"])
         rows.append({"run_id": f"fixture-{i}", **flat, **metrics, "count_rule": cfg["count_rule"]})
     columns = list(dict.fromkeys(k for row in rows for k in row))
     path.parent.mkdir(parents=True, exist_ok=True)

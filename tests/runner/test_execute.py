@@ -152,7 +152,7 @@ def test_vision_model_reads_the_task_images(compose_cfg, tmp_path):
     from dllm_bench.models.llada_v import make_random_llada_v_checkpoint
 
     ckpt = make_random_llada_v_checkpoint(tmp_path / "tiny_llada_v", seed=0)
-    shared = REPO.parent / "shared" / "data" / "mathvista"
+    shared = REPO / "tests" / "fixtures" / "tasks" / "mathvista"
     rows = json.loads((shared / "testmini.json").read_text())
     pids = list(rows)[:2]
     data = tmp_path / "mathvista"
@@ -164,7 +164,7 @@ def test_vision_model_reads_the_task_images(compose_cfg, tmp_path):
         Image.new("RGB", (40 + 10 * i, 30), color=(10 * i, 100, 200)).save(tmp_path / "mathvista" / rows[p]["image"],
                                                                         format="PNG")
     cfg = compose_cfg("model=llada_v", f"model.name_or_path={ckpt}", "task=mathvista",
-                      f"task.data_files={data / 'testmini.json'}", f"+task.image_root={data}",
+                      f"task.data_files={data / 'testmini.json'}", f"task.image_root={data}",
                       f"output_dir={tmp_path / 'results'}", "progress=false", "num_threads=1", "limit=2",
                       "batch_size=2", "warmup=0")
     row = execute(cfg)
