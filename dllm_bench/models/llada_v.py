@@ -471,21 +471,15 @@ def load_llada_v(
         _fill_special_ids,
         _read_tensors,
         checkpoint_tensors,
-        default_device,
         load_tokenizer,
         read_config,
+        resolve_device_dtype,
         validate_tensors,
     )
 
     directory = Path(directory)
     raw = read_config(directory)
-    device = torch.device(device or default_device())
-    if dtype is None:
-        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    elif isinstance(dtype, str):
-        if not isinstance(getattr(torch, dtype, None), torch.dtype):
-            raise ValueError(f"dtype {dtype!r} is not a torch dtype; use e.g. 'float32' or 'bfloat16'")
-        dtype = getattr(torch, dtype)
+    device, dtype = resolve_device_dtype(device, dtype)
     config = language_config(raw, name_or_path=str(directory))
     if instruct is not None:
         config.is_instruct = instruct

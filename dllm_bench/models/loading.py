@@ -175,6 +175,20 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def resolve_device_dtype(
+    device: torch.device | str | None, dtype: torch.dtype | str | None
+) -> tuple[torch.device, torch.dtype]:
+    """Defaults: CUDA if present, bf16 on CUDA and fp32 elsewhere; dtype names like 'bfloat16' accepted."""
+    device = torch.device(device or default_device())
+    if dtype is None:
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    elif isinstance(dtype, str):
+        if not isinstance(getattr(torch, dtype, None), torch.dtype):
+            raise ValueError(f"dtype {dtype!r} is not a torch dtype; use e.g. 'float32' or 'bfloat16'")
+        dtype = getattr(torch, dtype)
+    return device, dtype
+
+
 def load_model(
     name_or_path: str | Path,
     dtype: torch.dtype | str | None = None,
@@ -194,14 +208,7 @@ def load_model(
         from .llada_v import load_llada_v
 
         return load_llada_v(directory, dtype=dtype, device=device, instruct=instruct)
-    device = torch.device(device or default_device())
-    if dtype is None:
-        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    elif isinstance(dtype, str):
-        if not isinstance(getattr(torch, dtype, None), torch.dtype):
-            raise ValueError(f"dtype {dtype!r} is not a torch dtype; use e.g. 'float32' or 'bfloat16'")
-        dtype = getattr(torch, dtype)
-
+    device, dtype = resolve_device_dtype(device, dtype)
     config = ModelConfig.from_hf_config(raw, name_or_path=str(name_or_path))
     if instruct is not None:
         config.is_instruct = instruct

@@ -7,18 +7,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-Z_95 = 1.959963984540054
-
-
-def wilson_interval(correct: float, n: float, z: float = Z_95) -> tuple[float, float]:
-    """Wilson score interval of a binomial proportion (as fractions); (nan, nan) when n is 0."""
-    if n <= 0:
-        return math.nan, math.nan
-    p = correct / n
-    denom = 1.0 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+from dllm_bench.runner.summary import wilson_interval
 
 
 @dataclass(frozen=True)

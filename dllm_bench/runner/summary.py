@@ -8,9 +8,9 @@ from typing import Any
 Z95 = 1.959963984540054
 
 
-def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
+def wilson_interval(successes: float, n: float, z: float = Z95) -> tuple[float, float]:
     """Wilson score interval of a binomial proportion (well-behaved at 0 and n, unlike the normal one)."""
-    if n == 0:
+    if n <= 0:
         return math.nan, math.nan
     p = successes / n
     denom = 1 + z * z / n

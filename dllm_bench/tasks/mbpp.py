@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from dllm_bench.tasks.base import Score, Task
 from dllm_bench.tasks.code_extract import cut_at_stops, fenced_blocks
 from dllm_bench.tasks.data import load_rows
-from dllm_bench.tasks.sandbox import ExecResult, execute, execute_many
+from dllm_bench.tasks.executed import ExecutedTask
 
 FIELDS = ("task_id", "text", "code", "test_list")
 TEST_IDS = range(11, 511)
@@ -35,10 +34,11 @@ def render_question(text: str, tests: list[str] | tuple[str, ...]) -> str:
             f"\n\n{tests[0]}\n{tests[1]}\n{tests[2]}\n[BEGIN]\n")
 
 
-class MBPP(Task):
+class MBPP(ExecutedTask):
     """lm-eval `mbpp`: 3 fixed shots, stop at '[DONE]', pass@1 = the row's asserts run to the end."""
 
     name = "mbpp"
+    gold_key = "code"
     default_num_fewshot = 3
     stop_strings = ("[DONE]",)
 
@@ -80,19 +80,3 @@ class MBPP(Task):
     def program(self, code: str, doc: dict) -> str:
         """Solution, the row's setup code, and its asserts."""
         return "\n".join([code, doc["test_setup_code"], *doc["test_list"]]) + "\n"
-
-    def score(self, completion: str, doc: dict) -> Score:
-        code = self.extract(completion, doc)
-        return self._verdict(code, doc, execute(self.program(code, doc), self.timeout_s))
-
-    def score_many(self, completions: list[str], docs: list[dict], workers: int | None = None) -> list[Score]:
-        """Programs run `workers` at a time, each in its own sandboxed process."""
-        if len(completions) != len(docs):
-            raise ValueError(f"{len(completions)} completions for {len(docs)} docs")
-        codes = [self.extract(c, d) for c, d in zip(completions, docs)]
-        results = execute_many([self.program(c, d) for c, d in zip(codes, docs)], self.timeout_s, workers)
-        return [self._verdict(c, d, r) for c, d, r in zip(codes, docs, results)]
-
-    def _verdict(self, code: str, doc: dict, result: ExecResult) -> Score:
-        return Score(correct=result.passed, extracted=code, gold=doc["code"],
-                     details={"status": result.status, "reason": result.reason})
