@@ -42,3 +42,12 @@ def test_shards_sum_and_seeds_pool():
 def test_schema_errors_name_the_columns():
     with pytest.raises(ValueError, match="lack columns .*n_correct"):
         aggregate_runs(pd.DataFrame({"run_id": ["a"], "n_samples": ["1"]}))
+
+
+def test_package_paths_match_across_checkouts():
+    from dllm_bench.report.runs import PACKAGE_DIR, same_value
+
+    here = str(PACKAGE_DIR / "tiny" / "checkpoints" / "tiny_llada")
+    assert same_value("/elsewhere/clone/dllm_bench/tiny/checkpoints/tiny_llada", here)
+    assert not same_value("/elsewhere/clone/dllm_bench/tiny/checkpoints/tiny_dream", here)
+    assert not same_value("/data/LLaDA-8B-Instruct", here)
