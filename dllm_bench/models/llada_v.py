@@ -215,6 +215,7 @@ class LLaDAV(nn.Module):
     """LLaDA-V: :class:`DiffusionLM` plus vision tower, projector and image newline; checkpoint tensor names."""
 
     accepts_images = True
+    accepts_logits_range = True  # passed through to the language model
 
     def __init__(self, config: ModelConfig, vision: VisionSettings) -> None:
         super().__init__()

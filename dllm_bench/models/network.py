@@ -203,6 +203,8 @@ class Block(nn.Module):
 class DiffusionLM(nn.Module):
     """LLaDA / Dream masked-diffusion language model; ``state_dict()`` uses the checkpoint's own tensor names."""
 
+    accepts_logits_range = True  # forward(..., logits_range=(a, b)): LM head on canvas positions [a, b) only
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
