@@ -141,6 +141,13 @@ def plot_frontiers(
     if title:
         fig.suptitle(title)
     fig.tight_layout(rect=(0, 0.12, 1, 0.95))
+    return save_figure(fig, out_stem)
+
+
+def save_figure(fig, out_stem: str | Path) -> list[Path]:
+    """Write ``<out_stem>.png`` and ``.pdf`` and close the figure."""
+    import matplotlib.pyplot as plt
+
     out_stem = Path(out_stem)
     out_stem.parent.mkdir(parents=True, exist_ok=True)
     paths = [out_stem.with_suffix(".png"), out_stem.with_suffix(".pdf")]

@@ -17,6 +17,7 @@ import pandas as pd
 import torch
 
 from dllm_bench.decoding.selectors import factor_count_sorted, frechet_count_sorted, frechet_gap_sorted
+from dllm_bench.report.pareto import save_figure
 
 RULE_PAIRS = (("frechet", "factor"), ("frechet", "threshold"), ("factor", "threshold"))
 
@@ -131,13 +132,7 @@ def plot_profile(analysis: ProfileAnalysis, out_stem: Path | str, title: str = "
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    out_stem = Path(out_stem)
-    out_stem.parent.mkdir(parents=True, exist_ok=True)
-    paths = [out_stem.with_suffix(".png"), out_stem.with_suffix(".pdf")]
-    for path in paths:
-        fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return paths
+    return save_figure(fig, out_stem)
 
 
 def profile_markdown(analysis: ProfileAnalysis) -> str:
