@@ -6,6 +6,7 @@ import csv
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from dllm_bench.report.build import CellResult, reproduced_value
 from dllm_bench.report.published import decimals
@@ -122,6 +123,20 @@ def _legend(spec: TableSpec) -> str:
             "the command that fills it; `n/a [n]`: this harness cannot run it (note n says why); — = not printed.")
 
 
+def _grid_lines(spec: TableSpec, results: list[CellResult], rows: list, cols: list, by_key: dict,
+                numbers: dict) -> list[tuple[Any, list[str]]]:
+    """(row, [row label, metric label, cell texts...]) per table line: one line per row and metric."""
+    out = []
+    for row in rows:
+        for i, metric in enumerate(spec.metrics):
+            texts = []
+            for col in cols:
+                r = by_key.get((row, col))
+                texts.append("" if r is None else cell_text(spec, r, entry(spec, r, results, metric), numbers.get(id(r))))
+            out.append((row, [spec.label_row(row) if i == 0 else "", METRIC_LABELS[metric], *texts]))
+    return out
+
+
 def to_markdown(spec: TableSpec, results: list[CellResult]) -> str:
     """The table in the paper's layout (rows x columns, one line per metric) with notes and assumptions."""
     rows, cols, by_key = _grid(results)
@@ -129,14 +144,8 @@ def to_markdown(spec: TableSpec, results: list[CellResult]) -> str:
     header = [spec.row_header, "Metric", *[spec.label_col(c) for c in cols]]
     lines = [f"## {spec.title}", "", _legend(spec), "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for row in rows:
-        for i, metric in enumerate(spec.metrics):
-            texts = []
-            for col in cols:
-                r = by_key.get((row, col))
-                texts.append("" if r is None else cell_text(spec, r, entry(spec, r, results, metric), numbers.get(id(r))))
-            label = spec.label_row(row) if i == 0 else ""
-            lines.append("| " + " | ".join([label, METRIC_LABELS[metric], *texts]) + " |")
+    for _, fields in _grid_lines(spec, results, rows, cols, by_key, numbers):
+        lines.append("| " + " | ".join(fields) + " |")
     notes = _note_lines(results, numbers)
     if notes:
         lines += ["", "Notes:", "", *notes]
@@ -168,15 +177,10 @@ def to_latex(spec: TableSpec, results: list[CellResult]) -> str:
     lines = [f"% {spec.title}", "% " + _legend(spec), r"\begin{tabular}{ll" + "l" * len(cols) + "}", r"\toprule",
              " & ".join(latex_escape(x) for x in [spec.row_header, "Metric", *[spec.label_col(c) for c in cols]])
              + r" \\", r"\midrule"]
-    for row in rows:
-        for i, metric in enumerate(spec.metrics):
-            texts = []
-            for col in cols:
-                r = by_key.get((row, col))
-                texts.append("" if r is None else cell_text(spec, r, entry(spec, r, results, metric), numbers.get(id(r))))
-            label = spec.label_row(row) if i == 0 else ""
-            lines.append(" & ".join(latex_escape(x) for x in [label, METRIC_LABELS[metric], *texts]) + r" \\")
-        lines.append(r"\midrule" if row != rows[-1] else r"\bottomrule")
+    for i, (row, fields) in enumerate(_grid_lines(spec, results, rows, cols, by_key, numbers), start=1):
+        lines.append(" & ".join(latex_escape(x) for x in fields) + r" \\")
+        if i % len(spec.metrics) == 0:
+            lines.append(r"\midrule" if row != rows[-1] else r"\bottomrule")
     lines.append(r"\end{tabular}")
     lines += ["% " + latex_escape(n) for n in _note_lines(results, numbers)]
     return "\n".join(lines) + "\n"
