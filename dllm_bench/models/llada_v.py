@@ -129,13 +129,9 @@ def language_config(raw: dict[str, Any], name_or_path: str = "") -> ModelConfig:
 
 def forbidden_token_ids(tokenizer: Any) -> tuple[int, ...]:
     """Ids of :data:`FORBIDDEN_TOKENS` in this tokenizer (126080, 126081, 126346, 126347 for LLaDA's)."""
-    ids = []
-    for tok in FORBIDDEN_TOKENS:
-        i = tokenizer.convert_tokens_to_ids(tok)
-        if not isinstance(i, int) or i == tokenizer.unk_token_id:
-            raise ValueError(f"token {tok!r} is not in the tokenizer's vocabulary; LLaDA-V needs {FORBIDDEN_TOKENS}")
-        ids.append(i)
-    return tuple(ids)
+    from .loading import token_ids
+
+    return token_ids(tokenizer, FORBIDDEN_TOKENS, f"LLaDA-V's forbidden tokens {FORBIDDEN_TOKENS}")
 
 
 USER_TURN = "<|start_header_id|>user<|end_header_id|>\n\n"  # LLaDA's chat template opens a user turn so

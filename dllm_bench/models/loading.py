@@ -245,6 +245,17 @@ def _read_tensors(
     return state
 
 
+def token_ids(tokenizer: Any, tokens: Any, what: str) -> tuple[int, ...]:
+    """Ids of special-token strings in this tokenizer; a token it lacks is an error naming it and ``what``."""
+    ids = []
+    for tok in tokens:
+        i = tokenizer.convert_tokens_to_ids(tok)
+        if not isinstance(i, int) or i == tokenizer.unk_token_id:
+            raise ValueError(f"{what}: {tok!r} is not in the tokenizer's vocabulary")
+        ids.append(i)
+    return tuple(ids)
+
+
 def _fill_special_ids(config: ModelConfig, tokenizer: Any) -> None:
     """End-of-turn and BOS ids from the tokenizer when the config does not carry them."""
     if tokenizer is None:

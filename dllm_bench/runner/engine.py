@@ -12,6 +12,7 @@ from PIL import Image
 
 from dllm_bench.decoding import build_cache, build_policy, build_selector, check_combination, generate
 from dllm_bench.models import load_model
+from dllm_bench.models.loading import token_ids
 from dllm_bench.runner.execute import Engine, Generation
 from dllm_bench.runner.sharding import DistContext
 from dllm_bench.runner.validate import build_task
@@ -87,17 +88,6 @@ def build_components(c: dict[str, Any]) -> tuple[Any, Any, Any, str | None]:
     return policy, selector, cache, measure
 
 
-def forbidden_ids(tokenizer: Any, tokens: list[str]) -> tuple[int, ...]:
-    """Ids of `model.forbidden_tokens` in this tokenizer; a token it lacks is an error naming it."""
-    ids = []
-    for tok in tokens:
-        i = tokenizer.convert_tokens_to_ids(tok)
-        if not isinstance(i, int) or i == tokenizer.unk_token_id:
-            raise ValueError(f"model.forbidden_tokens: {tok!r} is not in the tokenizer's vocabulary")
-        ids.append(i)
-    return tuple(ids)
-
-
 def doc_images(doc: dict) -> list[Image.Image]:
     """The images of a task document: `doc["image"]` as a path, a PIL image, a list of either, or None."""
     value = doc.get("image")
@@ -133,7 +123,7 @@ class DecodingEngine(Engine):
         self.device_name = device_name(self.device)
         self.c = c
         self.policy, self.selector, self.cache, self.measure = build_components(c)
-        self.forbidden_ids = forbidden_ids(self.tokenizer, c["model"].get("forbidden_tokens") or [])
+        self.forbidden_ids = token_ids(self.tokenizer, c["model"].get("forbidden_tokens") or [], "model.forbidden_tokens")
         # a vision model on an image task: prompts and images become embeddings via the model's build_inputs
         self.multimodal = bool(getattr(self.model, "accepts_images", False)) and build_task(c["task"]).needs_images
         self.sequential = None
