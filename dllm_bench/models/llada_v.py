@@ -19,7 +19,6 @@ model whose ``model_kwargs`` carry the images.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -554,9 +553,7 @@ def make_random_llada_v_checkpoint(
     The default tower is a 2-layer SigLIP on 28 px tiles (2 x 2 patches of 14 px), so a 60 x 40 image costs
     a handful of embeddings.
     """
-    from safetensors.torch import save_file
-
-    from .tiny_format import DEFAULT_CHARS, build_char_tokenizer, save_tokenizer
+    from .tiny_format import DEFAULT_CHARS, build_char_tokenizer, save_checkpoint
 
     vision_config = vision_config or {
         "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 3, "num_attention_heads": 2,
@@ -575,12 +572,4 @@ def make_random_llada_v_checkpoint(
                 p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=gen))
             else:
                 p.copy_(torch.randn(p.shape, generator=gen) * init_std / p.shape[-1] ** 0.5)
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-    gen_cfg = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id}
-    (directory / "generation_config.json").write_text(json.dumps(gen_cfg, indent=2) + "\n")
-    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
-    save_tokenizer(tokenizer, directory)
-    return directory
+    return save_checkpoint(model, tokenizer, directory, cfg)

@@ -128,8 +128,8 @@ def hf_config_for(
     return cfg
 
 
-def save_checkpoint(model: DiffusionLM, tokenizer: Any, directory: str | Path, hf_config: dict[str, Any]) -> Path:
-    """Write config.json, generation_config.json, model.safetensors and the tokenizer files."""
+def save_checkpoint(model: torch.nn.Module, tokenizer: Any, directory: str | Path, hf_config: dict[str, Any]) -> Path:
+    """Write config.json, generation_config.json, model.safetensors (``model.state_dict()``) and the tokenizer files."""
     from safetensors.torch import save_file
 
     directory = Path(directory)
