@@ -13,8 +13,6 @@ a cached forward is the uncached computation restricted to fewer positions.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 import torch.nn.functional as F
 
@@ -79,9 +77,6 @@ class KVCache:
         self.values = [v[rows] for v in self.values]
         if self.ids is not None:
             self.ids = self.ids[rows]
-
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.keys + self.values)
 
 
 class FeatureCache:
@@ -190,11 +185,3 @@ class FeatureCache:
     def keep_rows(self, rows: torch.Tensor) -> None:
         """Drop batch rows that finished (rows = indices to keep)."""
         self.store = [{k: t[rows] for k, t in entry.items()} for entry in self.store]
-
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for e in self.store for t in e.values())
-
-
-def describe(cache: Any) -> str:
-    """Short human-readable name of a cache object (for logs)."""
-    return type(cache).__name__ if cache is not None else "none"
