@@ -29,10 +29,6 @@ class KVCache:
         self.length = 0
         self._span = (0, 0)
 
-    @property
-    def filled(self) -> bool:
-        return self.ids is not None
-
     def token_ids(self, lo: int, hi: int) -> torch.Tensor:
         """Stored canvas tokens [B, hi - lo] (Dream needs position start-1 for a span's first logits)."""
         if self.ids is None:
@@ -101,10 +97,6 @@ class FeatureCache:
         if not 0.0 <= verify_ratio <= 1.0:
             raise ValueError(f"verify_ratio {verify_ratio} is outside [0, 1]")
         self.refresh_prompt, self.refresh_response, self.verify_ratio = refresh_prompt, refresh_response, verify_ratio
-
-    @property
-    def filled(self) -> bool:
-        return bool(self.store)
 
     def token_ids(self, lo: int, hi: int) -> torch.Tensor:
         raise RuntimeError("dLLM-Cache forwards always cover the whole canvas")
