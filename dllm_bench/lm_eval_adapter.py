@@ -26,6 +26,7 @@ from lm_eval.api.registry import register_model
 from dllm_bench.decoding import build_cache, build_policy, build_selector, check_combination, generate
 from dllm_bench.decoding.accounting import cut_at_stop_strings
 from dllm_bench.models import load_model
+from dllm_bench.tasks.chat import chat_wrap
 
 log = logging.getLogger(__name__)
 
@@ -192,9 +193,7 @@ class DllmBenchLM(LM):
     def _model_input(self, context: str) -> list[int]:
         """Token ids of the prompt: wrapped as one user turn for chat models (the LLaDA evaluation's way)."""
         if self.chat and not self._lm_eval_templated:
-            text = self.tokenizer.apply_chat_template([{"role": "user", "content": context}],
-                                                      add_generation_prompt=True, tokenize=False)
-            return self.tokenizer.encode(text, add_special_tokens=False)
+            return self.tokenizer.encode(chat_wrap(context, self.tokenizer), add_special_tokens=False)
         return self.tokenizer.encode(context, add_special_tokens=not self._lm_eval_templated)
 
     # -- generation ----------------------------------------------------------------------------------
