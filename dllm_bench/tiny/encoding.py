@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
-from dllm_bench.tiny.sudoku_puzzles import BLANK, CELLS, DIGITS, ROW_SEPARATOR
+from dllm_bench.tiny.sudoku_puzzles import (
+    BLANK,
+    CELLS,
+    DIGITS,
+    ROW_SEPARATOR,
+    completion_marginals,
+    parse_puzzle,
+)
 
 # every character that appears in a prompt or an answer (the chat template's own text is added by the builder)
 TASK_CHARS = DIGITS + BLANK + ROW_SEPARATOR
@@ -37,3 +45,29 @@ def encode_batch(tokenizer, config, puzzles: list[str], solutions: list[str], ge
         raise ValueError("puzzle prompts differ in length; expected the fixed 4x4 text format")
     answers = [answer_ids(tokenizer, s, gen_length, config.eos_token_id, config.eot_token_id) for s in solutions]
     return torch.tensor(prompts, dtype=torch.long), torch.tensor(answers, dtype=torch.long)
+
+
+def posterior_answer_targets(tokenizer, puzzles: list[str], answers: torch.Tensor, masked: torch.Tensor,
+                             vocab_size: int) -> torch.Tensor:
+    """Soft targets [B, G, V]: for the 16 cells, the exact posterior digit marginals given the clues and the
+    answer cells left unmasked (all valid completions equally likely, as in the training data); for the end
+    tokens, the answer token itself.
+
+    Cross-entropy against these equals the expected cross-entropy against the sampled completion given the
+    noisy input (the answer is a uniformly random valid completion), so the objective is LLaDA's in
+    expectation with the sampling noise of the completion removed (a Rao-Blackwellised estimator).
+    """
+    targets = torch.nn.functional.one_hot(answers, vocab_size).to(torch.float32)
+    digit_ids = torch.tensor(tokenizer.convert_tokens_to_ids(list(DIGITS)))
+    cells = answers[:, :CELLS]
+    value = torch.zeros_like(cells)
+    for d, tid in enumerate(digit_ids.tolist(), start=1):
+        value[cells == tid] = d
+    known = np.stack([parse_puzzle(p) for p in puzzles]).astype(np.int64)
+    visible = (~masked[:, :CELLS]).numpy()
+    known = np.where(known > 0, known, np.where(visible, value.numpy(), 0))
+    marginals = torch.from_numpy(completion_marginals(known)).to(torch.float32)  # [B, 16, 4]
+    cell_targets = torch.zeros(len(puzzles), CELLS, vocab_size)
+    cell_targets[:, :, digit_ids] = marginals
+    targets[:, :CELLS] = cell_targets
+    return targets

@@ -10,6 +10,8 @@ from dllm_bench.tiny.sudoku_puzzles import load_test_set
 
 SEQUENTIAL = "sequential (top-1, one token per step)"
 BAR = {"llada": 0.90, "dream": 0.80}  # issue 8: sequential solved-rate bar per flavour
+AGGRESSIVE_DROP = 10.0  # issue 8: an aggressive setting falls at least this many points below sequential
+FEW_POINTS = 3.0  # our reading of the issue's "within a few points of sequential"
 
 
 def _loss_curve(log: dict, points: int = 16) -> str:
@@ -30,7 +32,11 @@ def _solution_spread() -> str:
 
 
 def _monitor(log: dict) -> str:
-    return ", ".join(f"step {m['step']}: {100 * m['sequential_solved']:.1f} %" for m in log["monitor"])
+    return ", ".join(
+        f"step {m['step']}: {100 * m['sequential_solved']:.1f} %"
+        + (f" (Fréchet 0.25: {100 * m['frechet_solved']:.1f} %)" if "frechet_solved" in m else "")
+        for m in log["monitor"]
+    )
 
 
 def _run_line(log: dict) -> str:
@@ -54,11 +60,13 @@ def _stage_lines(log: dict, flavour: str) -> list[str]:
         f"- Stage 1, from random init on minimal unique-solution puzzles (4–6 clues): {_run_line(init)}.",
         f"- Stage 2, from the stage-1 weights on the task's open puzzles: {_run_line(log)}.",
         f"- Retrain both stages from scratch with one command: `python -m dllm_bench.tiny.train --flavour "
-        f"{flavour}` (the defaults are the settings above: `--stage1-steps {init['config']['steps']} --steps "
-        f"{log['config']['steps']}`; stage 1 goes to `outputs/tiny_train/{flavour}/stage1/`); the recorded stages "
-        f"took {minutes:.0f} minutes of training together. The recorded runs wrote to scratch directories and "
-        "used one thread because both models trained at once; thread count changes float rounding, not the "
-        "recipe.",
+        f"{flavour}` (the defaults are the settings above, `SHIPPED_RECIPE` in `dllm_bench/tiny/train.py`: "
+        f"`--stage1-steps {init['config']['steps']} --steps {log['config']['steps']} --d-model "
+        f"{log['config']['d_model']} --mlp-hidden-size {log['config']['mlp_hidden_size']}`; stage 1 goes to "
+        f"`outputs/tiny_train/{flavour}/stage1/`); the recorded stages took {minutes:.0f} minutes of training "
+        "steps together, plus about a minute of monitoring and checkpointing. The recorded runs wrote to "
+        "scratch directories and used one thread because both models trained at once; thread count changes "
+        "float rounding, not the recipe.",
     ]
 
 
@@ -74,14 +82,35 @@ def _quality_lines(doc: dict) -> list[str]:
     for label in ("whole block in one step (top-k)", "threshold 0.3", "threshold 0.5"):
         if label in by:
             drop = 100 * (seq["accuracy"] - by[label]["accuracy"])
-            out.append(f"- {label}: {drop:.1f} points below sequential (bar: an aggressive setting ≥ 10 below) "
+            out.append(f"- {label}: {drop:.1f} points below sequential (bar: an aggressive setting ≥ "
+                       f"{AGGRESSIVE_DROP:.0f} below: {'met' if drop >= AGGRESSIVE_DROP else 'NOT met'}) "
                        f"with {by[label]['mean_nfe']:.2f} forwards")
     for label in ("threshold 0.9", "factor 1.0", "Fréchet 0.25"):
         if label in by:
             drop = 100 * (seq["accuracy"] - by[label]["accuracy"])
-            out.append(f"- {label}: {drop:.1f} points below sequential (bar: within a few points) with "
+            out.append(f"- {label}: {drop:.1f} points below sequential (bar: within a few points, read as ≤ "
+                       f"{FEW_POINTS:.0f}: {'met' if drop <= FEW_POINTS else 'NOT met'}) with "
                        f"{by[label]['mean_nfe']:.2f} forwards vs {seq['mean_nfe']:.2f}")
     return out
+
+
+def _targets_text(targets: str) -> str:
+    """What the loss compares the masked cells against ('sample' or 'posterior')."""
+    if targets == "sample":
+        return "Targets: the sampled completion's tokens (`--targets sample`)."
+    return (
+        "Targets (`--targets posterior`, the default): for the 16 cells, the exact posterior digit marginals "
+        "given the clues and the answer cells left unmasked (the valid completions that agree with them, "
+        "equally likely, as the training answers are drawn); for the end tokens, the tokens themselves. Since "
+        "the sampled answer is a uniformly random valid completion, the cross-entropy against these marginals "
+        "is the expected cross-entropy against the sampled answer given the noisy input: LLaDA's objective in "
+        "expectation, with the noise of drawing one completion removed (a Rao-Blackwellised estimator; on "
+        "unique-solution puzzles, stage 1, the two are identical). Why it matters here: factor and Fréchet "
+        "only commit sets whose summed error probabilities stay below one, so with calibrated confidences "
+        "every committed set extends to a valid grid; their losses against sequential decoding measure "
+        "miscalibration, and the sampled digit's label noise is one source of it (what removing it changed: "
+        "docs/tiny.md)."
+    )
 
 
 def render_model_card(directory: Path) -> str:
@@ -140,17 +169,19 @@ def render_model_card(directory: Path) -> str:
         f"probability p = (1 − ε)t + ε, t ~ U(0, 1) per example (ε = {tc['eps']}); cross-entropy on masked "
         "answer tokens weighted by 1/p, summed and divided by the answer length. Answers are EOS-padded to a "
         f"length drawn per batch from {sorted(set(tc['answer_lengths']))} (mostly 24). "
+        + _targets_text(tc.get("targets", "sample")) + " "
         + ("Dream's network shifts logits internally, so the same objective applies with \"logits at i predict "
            "token i\"." if flavour == "dream" else ""),
         *(["- q/k/v biases (`include_qkv_bias: true`, part of the LLaDA config schema; LLaDA-8B has none): the "
            "same run without them sat on a loss plateau (0 % solved at steps 400 and 800, see docs/tiny.md), "
            "with them it learnt as fast as the Dream-schema model, which has biases."]
           if flavour == "llada" and cfg.get("include_qkv_bias") else []),
-        *([f"- Training monitor, stage 1 (sequential decoding of the first 128 held-out puzzles of the stage-1 "
-            f"test set, minimal puzzles; not used for any choice): {_monitor(log['init_log'])}."]
+        *([f"- Training monitor, stage 1 (the same first "
+            f"{log['init_log']['config']['monitor_puzzles']} held-out open puzzles as stage 2; not used for any "
+            f"choice): {_monitor(log['init_log'])}."]
           if log.get("init_log") else []),
-        f"- Training monitor{', stage 2' if log.get('init_log') else ''} (sequential decoding of the first 128 "
-        f"held-out puzzles; not used for any choice): {_monitor(log)}.",
+        f"- Training monitor{', stage 2' if log.get('init_log') else ''} (sequential decoding of the first "
+        f"{tc['monitor_puzzles']} held-out puzzles, and Fréchet 0.25 in one block; not used for any choice): {_monitor(log)}.",
         "",
         *(["### Loss curve, stage 1 (minimal puzzles)", _loss_curve(log["init_log"]), ""]
           if log.get("init_log") else []),
@@ -161,9 +192,9 @@ def render_model_card(directory: Path) -> str:
         "",
         "The quality bar of issue 8 is checked on the single-block layout (gen = block = 24). The three-block "
         "layout (block 8, `experiment=tiny`) forces rows 1–2 to be finished before rows 3–4 are touched, "
-        "which costs accuracy even sequentially. The dual cache refreshes K/V only at block starts; this "
-        "model carries information through prompt positions, so stale prompt K/V cost accuracy "
-        "(see docs/tiny.md).",
+        "which costs accuracy even sequentially. The dual cache refreshes K/V only at block starts, so later "
+        "steps read prompt K/V computed while more of the answer was masked; what that costs this model is "
+        "in the dual rows (see docs/tiny.md).",
     ]
     for path in sorted(directory.glob("eval_results_*.json")):
         doc = json.loads(path.read_text())

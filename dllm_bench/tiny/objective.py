@@ -24,13 +24,15 @@ def mask_answers(
 
 
 def masked_diffusion_loss(
-    logits: torch.Tensor, answer_ids: torch.Tensor, masked: torch.Tensor, p_mask: torch.Tensor
+    logits: torch.Tensor, targets: torch.Tensor, masked: torch.Tensor, p_mask: torch.Tensor
 ) -> torch.Tensor:
     """Cross-entropy on masked answer tokens weighted by 1/p, summed per row, divided by the answer length.
 
     `logits` [B, G, V] are the answer positions' logits ("logits at i predict token i" for both flavours,
-    Dream's shift being inside the network); the mean over rows is the LLaDA SFT loss.
+    Dream's shift being inside the network); `targets` are the answer ids [B, G] or target distributions
+    [B, G, V]; the mean over rows is the LLaDA SFT loss.
     """
-    ce = F.cross_entropy(logits.transpose(1, 2).float(), answer_ids, reduction="none")  # [B, G]
+    target = targets if targets.dtype == torch.long else targets.transpose(1, 2)
+    ce = F.cross_entropy(logits.transpose(1, 2).float(), target, reduction="none")  # [B, G]
     weighted = torch.where(masked, ce / p_mask, torch.zeros_like(ce))
-    return (weighted.sum(dim=1) / answer_ids.shape[1]).mean()
+    return (weighted.sum(dim=1) / masked.shape[1]).mean()

@@ -1,11 +1,14 @@
 """Train a tiny LLaDA or Dream on 4x4 Sudoku with LLaDA's masked-diffusion SFT objective.
 
-    python -m dllm_bench.tiny.train --flavour llada        # both stages: 48 min recorded on 1 shared thread
-    python -m dllm_bench.tiny.train --flavour dream        # 66 min recorded on 1 shared thread
+    python -m dllm_bench.tiny.train --flavour llada        # both stages: 33 min wall recorded on 1 thread
+    python -m dllm_bench.tiny.train --flavour dream        # 51 min wall recorded on 1 thread
 
 Two stages by default: stage 1 (``--stage1-steps``, from random init) learns the constraints on minimal
 unique-solution puzzles, stage 2 (``--steps``, from the stage-1 weights) trains on the task's open puzzles
 (few clues, target a uniformly random valid completion), which calibrates the confidences of open cells.
+The loss of a masked cell is taken against its exact posterior given the visible cells (``--targets
+posterior``, the default; LLaDA's objective in expectation, see ``encoding.posterior_answer_targets``).
+The network sizes and step counts of the shipped checkpoints are ``SHIPPED_RECIPE``.
 ``--stage1-steps 0 --init-from DIR`` runs stage 2 alone from a stage-1 checkpoint.
 
 Writes the checkpoint (config.json, model.safetensors, tokenizer files) to
@@ -30,15 +33,20 @@ from pathlib import Path
 import torch
 
 from dllm_bench.models import DiffusionLM
-from dllm_bench.tiny.encoding import DEFAULT_GEN_LENGTH, encode_batch
+from dllm_bench.tiny.encoding import DEFAULT_GEN_LENGTH, encode_batch, posterior_answer_targets
 from dllm_bench.tiny.model_setup import build_tiny_model, build_tiny_tokenizer, save_tiny_checkpoint
 from dllm_bench.tiny.objective import mask_answers, masked_diffusion_loss
 from dllm_bench.tiny.sudoku_puzzles import PUZZLE_KINDS, load_test_set, puzzle_stream
 
 CHECKPOINT_ROOT = Path(__file__).parent / "checkpoints"
 STATE_ROOT = Path("outputs") / "tiny_train"
+# the shipped checkpoints' recipe per flavour: what a field left at None takes (`--flavour X` alone retrains it)
+SHIPPED_RECIPE = {
+    "llada": {"stage1_steps": 1000, "steps": 1500, "d_model": 128, "mlp_hidden_size": 384},
+    "dream": {"stage1_steps": 600, "steps": 1400, "d_model": 160, "mlp_hidden_size": 480},
+}
+TARGET_KINDS = ("posterior", "sample")
 # stage 1 (from random init, minimal puzzles) of the shipped recipe; the other settings are shared with stage 2
-SHIPPED_STEPS = {"llada": 1300, "dream": 1000}  # stage 2 of the shipped checkpoints
 STAGE1_OVERRIDES = {"puzzles": "minimal", "lr": 2e-3, "warmup_steps": 100, "init_from": None, "stage1_steps": 0}
 
 
@@ -50,8 +58,9 @@ class TrainConfig:
     seed: int = 0
     puzzles: str = "open"  # 'open' (several valid answers; the task) or 'minimal' (unique solution; stage 1)
     init_from: str | None = None  # checkpoint dir whose weights start the run (stage 2), else random init
-    stage1_steps: int = 1500  # > 0: `two_stage` first trains that many steps from scratch on minimal puzzles
-    steps: int | None = None  # stage-2 steps; None = the shipped run's count for the flavour (SHIPPED_STEPS)
+    # fields left at None take the flavour's SHIPPED_RECIPE value
+    stage1_steps: int | None = None  # > 0: `two_stage` first trains that many steps from scratch on minimal puzzles
+    steps: int | None = None  # stage-2 steps
     batch_size: int = 128
     lr: float = 1e-3
     min_lr_ratio: float = 0.05
@@ -59,13 +68,17 @@ class TrainConfig:
     weight_decay: float = 0.01
     grad_clip: float = 1.0
     eps: float = 1e-3
+    # 'sample': cross-entropy against the sampled completion (LLaDA's estimator as written); 'posterior': against
+    # the exact posterior marginals of the open cells given the clues and visible cells -- the same objective in
+    # expectation without the completion's sampling noise (identical on unique-solution puzzles)
+    targets: str = "posterior"
     # answer lengths drawn per batch (EOS-padded): mostly the default 24, sometimes longer, so that a longer
     # gen_length at inference still ends the answer with EOS
     answer_lengths: list[int] = field(default_factory=lambda: [24, 24, 24, 24, 24, 24, 32, 64])
-    d_model: int = 128
+    d_model: int | None = None
     n_layers: int = 4
     n_heads: int = 4
-    mlp_hidden_size: int = 384
+    mlp_hidden_size: int | None = None
     # LLaDA schema's include_qkv_bias (Dream always has q/k/v biases): without them the seed-0 LLaDA run sat on
     # a loss plateau (0 % solved at step 800) where the same run with them learnt as fast as Dream (docs/tiny.md)
     llada_qkv_bias: bool = True
@@ -78,10 +91,13 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.puzzles not in PUZZLE_KINDS:
             raise ValueError(f"puzzles {self.puzzles!r} is not one of {sorted(PUZZLE_KINDS)}")
+        if self.targets not in TARGET_KINDS:
+            raise ValueError(f"targets {self.targets!r} is not one of {list(TARGET_KINDS)}")
         if self.flavour not in ("llada", "dream"):
             raise ValueError(f"flavour {self.flavour!r} is not one of 'llada', 'dream'")
-        if self.steps is None:
-            self.steps = SHIPPED_STEPS[self.flavour]
+        for name, value in SHIPPED_RECIPE[self.flavour].items():
+            if getattr(self, name) is None:
+                setattr(self, name, value)
         if min(self.answer_lengths) < 17:
             raise ValueError(f"answer_lengths {self.answer_lengths}: each must be >= 17 (16 digits + end token)")
         if self.steps < 1 or self.batch_size < 1:
@@ -127,6 +143,16 @@ def sequential_solve_rate(model: DiffusionLM, tokenizer, rows: list[dict], gen_l
     task = SudokuTask()
     texts = tokenizer.batch_decode(canvas[:, p_len:], skip_special_tokens=False)
     return sum(task.score(t, r).correct for t, r in zip(texts, rows)) / len(rows)
+
+
+def frechet_solve_rate(model: DiffusionLM, rows: list[dict], gen_length: int) -> float:
+    """Fraction of puzzles the engine solves with Fréchet 0.25 in one block (training monitor of calibration)."""
+    from dllm_bench.tiny.evaluate import DecodeSetting, evaluate_setting
+
+    setting = DecodeSetting("Fréchet 0.25", "blocks", {}, "frechet", {"delta": 0.25})
+    res = evaluate_setting(model, rows, setting, "none", gen_length=gen_length, block_length=gen_length,
+                           batch_size=len(rows))
+    return res["accuracy"]
 
 
 def _save_state(path: Path, model: DiffusionLM, opt: torch.optim.Optimizer, step: int, log: dict) -> None:
@@ -187,6 +213,7 @@ def train(cfg: TrainConfig, out_dir: Path, state_path: Path, resume: bool = Fals
     monitor_rows = load_test_set()[:cfg.monitor_puzzles]
 
     tokens_seen, t_last, loss_acc, n_acc = 0, time.time(), 0.0, 0
+    t_run, wall_before = time.time(), log.get("wall_seconds", 0.0)  # wall clock incl. monitors and saves
     for step in range(start_step, cfg.steps if stop_at is None else min(stop_at, cfg.steps)):
         t0 = time.time()
         g_len = length_rng.choice(cfg.answer_lengths)
@@ -195,7 +222,9 @@ def train(cfg: TrainConfig, out_dir: Path, state_path: Path, resume: bool = Fals
         noisy, masked, p_mask = mask_answers(answers, mcfg.mask_token_id, cfg.eps, gen)
         p_len = prompts.shape[1]
         logits = model(torch.cat([prompts, noisy], dim=1), logits_range=(p_len, p_len + g_len))
-        loss = masked_diffusion_loss(logits, answers, masked, p_mask)
+        targets = answers if cfg.targets == "sample" else posterior_answer_targets(
+            tokenizer, [b[0] for b in batch], answers, masked, mcfg.vocab_size)
+        loss = masked_diffusion_loss(logits, targets, masked, p_mask)
         for group in opt.param_groups:
             group["lr"] = learning_rate(cfg, step)
         opt.zero_grad(set_to_none=True)
@@ -217,10 +246,12 @@ def train(cfg: TrainConfig, out_dir: Path, state_path: Path, resume: bool = Fals
         if done % cfg.monitor_every == 0 or done == cfg.steps:
             model.eval()
             acc = sequential_solve_rate(model, tokenizer, monitor_rows, DEFAULT_GEN_LENGTH)
+            frechet = frechet_solve_rate(model, monitor_rows, DEFAULT_GEN_LENGTH)
             model.train()
-            log["monitor"].append({"step": done, "sequential_solved": acc})
-            print(json.dumps({"step": done, "monitor_sequential_solved": acc}), flush=True)
+            log["monitor"].append({"step": done, "sequential_solved": acc, "frechet_solved": frechet})
+            print(json.dumps(log["monitor"][-1]), flush=True)
         if done % cfg.save_every == 0 or done in (cfg.steps, stop_at):
+            log["wall_seconds"] = round(wall_before + time.time() - t_run, 1)
             save_tiny_checkpoint(model, tokenizer, out_dir, log)
             _save_state(state_path, model, opt, done, log)
     return log
@@ -231,11 +262,15 @@ def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, Path, Path, 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     defaults = TrainConfig()
     ap.add_argument("--flavour", choices=["llada", "dream"], required=True)
-    ap.add_argument("--steps", type=int, default=None,
-                    help=f"stage-2 steps (default: the shipped runs', {SHIPPED_STEPS})")
-    for name in ("stage1_steps", "seed", "batch_size", "d_model", "n_layers", "n_heads", "mlp_hidden_size", "threads",
+    for name in SHIPPED_RECIPE["llada"]:
+        ap.add_argument("--" + name.replace("_", "-"), type=int, default=None,
+                        help="default: the shipped recipe's, "
+                        + ", ".join(f"{f} {r[name]}" for f, r in SHIPPED_RECIPE.items()))
+    for name in ("seed", "batch_size", "n_layers", "n_heads", "threads",
                  "save_every", "monitor_every", "monitor_puzzles", "log_every", "warmup_steps"):
         ap.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name))
+    ap.add_argument("--targets", choices=TARGET_KINDS, default=defaults.targets,
+                    help="loss targets of the open cells: 'posterior' (default) or 'sample'")
     for name in ("lr", "weight_decay", "eps"):
         ap.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(defaults, name))
     ap.add_argument("--llada-qkv-bias", action=argparse.BooleanOptionalAction, default=defaults.llada_qkv_bias,

@@ -1,10 +1,14 @@
-"""LLaDA's masked-diffusion SFT objective: masking rate, kept prompt, 1/p weighting."""
+"""LLaDA's masked-diffusion SFT objective: masking rate, kept prompt, 1/p weighting, posterior targets."""
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
+from dllm_bench.tiny.encoding import encode_batch, posterior_answer_targets
+from dllm_bench.tiny.model_setup import build_tiny_model, build_tiny_tokenizer
 from dllm_bench.tiny.objective import mask_answers, masked_diffusion_loss
+from dllm_bench.tiny.sudoku_puzzles import completions, parse_puzzle
 
 
 def test_mask_answers_masks_at_rate_p_and_only_with_the_mask_id():
@@ -44,3 +48,39 @@ def test_loss_is_weighted_cross_entropy_on_masked_tokens_over_answer_length():
     assert torch.allclose(masked_diffusion_loss(logits, answers, masked, p), expected)
     none = torch.zeros_like(masked)
     assert masked_diffusion_loss(logits, answers, none, p).item() == 0.0
+
+
+def test_soft_targets_give_the_expected_hard_target_loss():
+    """CE against a target distribution = the mean of the CEs against ids drawn from it (same 1/p weighting)."""
+    torch.manual_seed(1)
+    logits = torch.randn(1, 3, 5)
+    masked = torch.tensor([[True, True, False]])
+    p = torch.tensor([[0.4]])
+    probs = torch.tensor([[[0.0, 0.25, 0.75, 0.0, 0.0], [0, 0, 0, 1.0, 0], [1.0, 0, 0, 0, 0]]])
+    expected = sum(
+        w * masked_diffusion_loss(logits, torch.tensor([[a, 3, 0]]), masked, p) for a, w in ((1, 0.25), (2, 0.75))
+    )
+    assert torch.allclose(masked_diffusion_loss(logits, probs, masked, p), expected)
+
+
+@pytest.mark.parametrize("flavour", ["llada", "dream"])
+def test_posterior_targets_are_the_marginals_over_completions_agreeing_with_visible_cells(flavour):
+    tok = build_tiny_tokenizer(flavour)
+    cfg = build_tiny_model(flavour, tok, d_model=8, n_layers=1, n_heads=2, mlp_hidden_size=8).config
+    puzzle, answer = "1.../..../..../...2", "1234342121434312"
+    all_valid = completions(parse_puzzle(puzzle))
+    assert len(all_valid) > 2 and answer in {"".join(map(str, g)) for g in all_valid}
+    _, ids = encode_batch(tok, cfg, [puzzle], [answer], 24)
+    masked = torch.ones(1, 24, dtype=torch.bool)
+    masked[0, [1, 4]] = False  # cells 1 and 4 stay visible (digits 2 and 3)
+    targets = posterior_answer_targets(tok, [puzzle], ids, masked, cfg.vocab_size)
+    agree = all_valid[(all_valid[:, 1] == 2) & (all_valid[:, 4] == 3)]
+    digits = tok.convert_tokens_to_ids(list("1234"))
+    for cell in range(16):
+        want = np.array([(agree[:, cell] == d).mean() for d in range(1, 5)])
+        assert np.allclose(targets[0, cell, digits].numpy(), want)
+    assert torch.allclose(targets.sum(-1), torch.ones(1, 24))
+    assert torch.equal(targets[0, 16:].argmax(-1), ids[0, 16:])  # end tokens: the answer's own
+    # a unique-solution state gives one-hot targets equal to the answer ids
+    none_masked = posterior_answer_targets(tok, [puzzle], ids, torch.zeros_like(masked), cfg.vocab_size)
+    assert torch.equal(none_masked.argmax(-1), ids) and torch.equal(none_masked.max(-1).values, torch.ones(1, 24))

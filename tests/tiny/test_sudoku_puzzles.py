@@ -99,3 +99,14 @@ def test_shipped_test_set_is_the_seeded_generator_output():
         puzzle = sp.parse_puzzle(row["puzzle"])
         assert row["n_solutions"] == sp.count_solutions(puzzle)
         assert row["solution"] in {sp.solution_text(g) for g in sp.completions(puzzle)}
+
+
+def test_completion_marginals_match_enumeration_and_refuse_impossible_rows():
+    puzzle = sp.parse_puzzle("12../..../..../....")
+    marg = sp.completion_marginals(puzzle[None])
+    valid = sp.completions(puzzle)
+    for cell in range(sp.CELLS):
+        assert np.allclose(marg[0, cell], [(valid[:, cell] == d).mean() for d in range(1, 5)])
+    assert np.allclose(marg.sum(-1), 1.0)
+    with pytest.raises(ValueError, match="agree with no valid 4x4 grid"):
+        sp.completion_marginals(sp.parse_puzzle("11../..../..../....")[None])

@@ -22,6 +22,7 @@ def test_train_writes_a_loadable_checkpoint_for_each_flavour(tmp_path):
         assert [e["step"] for e in log["curve"]] == [1, 2]
         assert all(torch.isfinite(torch.tensor(e["loss"])) for e in log["curve"])
         assert len(log["monitor"]) == 1 and 0.0 <= log["monitor"][0]["sequential_solved"] <= 1.0
+        assert 0.0 <= log["monitor"][0]["frechet_solved"] <= 1.0
         model = load_model(out, device="cpu")
         assert model.config.flavour == flavour and model.config.is_instruct
         assert model.config.tensor_naming == ("olmo" if flavour == "llada" else "llama")
@@ -37,6 +38,19 @@ def test_resume_matches_an_uninterrupted_run(tmp_path):
     a = load_model(tmp_path / "full", device="cpu").state_dict()
     b = load_model(tmp_path / "part", device="cpu").state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_sample_and_posterior_targets_train_differently_on_open_puzzles(tmp_path):
+    """The target kind reaches the update: same seed and data, different weights after open puzzles."""
+    post_cfg, sample_cfg = small("llada", 2), small("llada", 2)
+    post_cfg.batch_size = sample_cfg.batch_size = 16  # some rows keep several completions given the visible cells
+    sample_cfg.targets = "sample"
+    post = train(post_cfg, tmp_path / "post", tmp_path / "post.pt")
+    sample = train(sample_cfg, tmp_path / "sample", tmp_path / "sample.pt")
+    assert post["config"]["targets"] == "posterior" and sample["config"]["targets"] == "sample"
+    a = load_model(tmp_path / "post", device="cpu").state_dict()
+    b = load_model(tmp_path / "sample", device="cpu").state_dict()
+    assert not all(torch.equal(a[k], b[k]) for k in a)
 
 
 def test_two_stage_runs_minimal_then_open_puzzles_from_the_stage1_weights(tmp_path):
@@ -65,6 +79,9 @@ def test_learning_rate_schedule_and_cli_validation():
     assert abs(learning_rate(cfg, 99) - 0.1) < 1e-3
     cfg, out, state, resume = parse_args(["--flavour", "dream", "--steps", "7"])
     assert cfg.steps == 7 and out.name == "tiny_dream" and state.parent.name == "dream" and not resume
-    assert cfg.stage1_steps == 1500 and cfg.puzzles == "open" and cfg.init_from is None
+    assert cfg.stage1_steps == 600 and cfg.puzzles == "open" and cfg.init_from is None
+    assert cfg.targets == "posterior" and parse_args(["--flavour", "llada", "--targets", "sample"])[0].targets == "sample"
     with pytest.raises(ValueError, match="puzzles 'hard'"):
         TrainConfig(puzzles="hard")
+    with pytest.raises(ValueError, match="targets 'soft'"):
+        TrainConfig(targets="soft")
