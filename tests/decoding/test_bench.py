@@ -2,23 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench.py"
 
-
-def load_bench():
-    spec = importlib.util.spec_from_file_location("dllm_bench_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_bench_paths_run_at_tiny_size():
-    bench = load_bench()
+def test_bench_paths_run_at_tiny_size(load_script):
+    bench = load_script("bench")
     model = bench.build_model("tiny", torch.device("cpu"), torch.float32)
     lat = bench.bench_forward_latency(model, 16, [16], [1, 2], 8, repeats=1, deadline=float("inf"))
     assert sorted(lat["cache"].unique()) == ["dllm", "dual", "none", "prefix"] and (lat["forward_ms"] > 0).all()

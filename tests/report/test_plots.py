@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -15,7 +14,6 @@ from dllm_bench.report.published import load_published
 from dllm_bench.report.runs import read_runs
 
 DEMO = Path(__file__).parent / "fixtures" / "demo" / "runs.csv"
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "plot_pareto.py"
 
 
 def test_pareto_front_keeps_only_non_dominated_points():
@@ -39,10 +37,8 @@ def test_published_points_take_tok_per_nfe_from_the_note():
     assert first.nfe_mean == pytest.approx(107135 / 1319)
 
 
-def test_plot_script_writes_png_and_pdf_from_demo_csv(tmp_path):
-    spec = importlib.util.spec_from_file_location("plot_pareto", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+def test_plot_script_writes_png_and_pdf_from_demo_csv(tmp_path, load_script):
+    module = load_script("plot_pareto")
     assert module.main(["--runs", str(DEMO), "--out-dir", str(tmp_path), "--published", "fast_dllm_pp_t1",
                         "--published-where", "task=gsm8k", "gen_length=256"]) == 0
     png, pdf = tmp_path / "demo_pareto.png", tmp_path / "demo_pareto.pdf"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import time
 from pathlib import Path
@@ -15,13 +14,9 @@ from dllm_bench.report.profile import analyse_profiles, read_trace_steps
 from dllm_bench.report.runs import find_runs_csv, read_runs
 from dllm_bench.report.tables import get_table
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "reproduce_table.py"
 
-
-def test_tiny_cell_runs_through_the_runner_and_fills_its_cell(tmp_path):
-    spec_ = importlib.util.spec_from_file_location("reproduce_table", SCRIPT)
-    script = importlib.util.module_from_spec(spec_)
-    spec_.loader.exec_module(script)
+def test_tiny_cell_runs_through_the_runner_and_fills_its_cell(tmp_path, load_script):
+    script = load_script("reproduce_table")
     checkpoint = make_random_checkpoint(tmp_path / "tiny_llada", "llada", seed=0)
     extra = {"model.name_or_path": str(checkpoint)}
     spec = get_table("tiny")

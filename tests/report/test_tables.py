@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 from pathlib import Path
@@ -16,14 +15,6 @@ from dllm_bench.report.render import to_latex, to_markdown
 from dllm_bench.report.tables import TABLES, get_table, table_cells
 
 GOLDEN = Path(__file__).parent / "golden" / "fast_dllm_pp_t5.md"
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "reproduce_table.py"
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("reproduce_table", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_every_published_row_is_a_cell_of_exactly_one_table():
@@ -58,9 +49,9 @@ def test_a_run_with_other_settings_never_fills_a_cell(t5_resolved):
     assert sum(r.status == "ok" for r in results.values()) == 3
 
 
-def test_markdown_matches_golden_file(t5_results, tmp_path):
+def test_markdown_matches_golden_file(t5_results, tmp_path, load_script):
     out = tmp_path / "tables"
-    assert _script().main(["--table", "fast_dllm_pp_t5", "--results-dir", str(t5_results), "--out", str(out),
+    assert load_script("reproduce_table").main(["--table", "fast_dllm_pp_t5", "--results-dir", str(t5_results), "--out", str(out),
                            "--no-run"]) == 0
     text = (out / "fast_dllm_pp_t5.md").read_text(encoding="utf-8")
     if os.environ.get("UPDATE_GOLDEN"):

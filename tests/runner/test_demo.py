@@ -3,16 +3,10 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[2]
 
 
-def test_demo_writes_table_csvs_and_plot(tiny_llada_dir, tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location("demo_script", REPO / "scripts" / "demo.py")
-    demo = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(demo)
+def test_demo_writes_table_csvs_and_plot(tiny_llada_dir, tmp_path, capsys, load_script):
+    demo = load_script("demo")
     assert demo.main(["--limit", "2", "--jobs", "1", "--methods", "sequential,oracle", "--output-dir", str(tmp_path),
                       f"model.name_or_path={tiny_llada_dir}", "warmup=0", "batch_size=2"]) == 0
     out = capsys.readouterr().out
