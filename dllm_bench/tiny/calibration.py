@@ -30,6 +30,7 @@ from dllm_bench.tiny.objective import mask_answers
 from dllm_bench.tiny.sudoku_puzzles import (
     CELLS,
     DIGITS,
+    agreeing_grids,
     completion_marginals,
     load_test_set,
     parse_puzzle,
@@ -98,12 +99,9 @@ def decoding_state_reliability(model, rows: list[dict], rule: str, value: float)
                 true_list.append(float(marg[b, pos, digit - 1]) if digit else 0.0)
             known[b, pos] = digit
         canvas[:, p_len:] = torch.where(commit, pred, canvas[:, p_len:])
-        for b in np.flatnonzero(alive):
-            try:
-                completion_marginals(known[b:b + 1])
-            except ValueError:
-                alive[b] = False
-                failed_at[b] = step
+        stranded = alive & ~agreeing_grids(known).any(axis=1)
+        failed_at.update({int(b): step for b in np.flatnonzero(stranded)})
+        alive &= ~stranded
     steps = np.bincount(list(failed_at.values()), minlength=1).tolist() if failed_at else []
     return {"rule": rule, "value": value, "puzzles": n, "failed": len(failed_at),
             "failed_at_step": {s: c for s, c in enumerate(steps) if c},

@@ -96,18 +96,22 @@ def completions(puzzle: np.ndarray) -> np.ndarray:
     return grids[np.all(grids[:, clues] == puzzle[clues], axis=1)]
 
 
+def agreeing_grids(known: np.ndarray) -> np.ndarray:
+    """[B, 288] bool: which valid grids agree with `known` ([B, 16] ints, 0 = unknown); a row with none is stranded."""
+    known = np.asarray(known)
+    return ((known[:, None, :] == 0) | (solution_grids()[None] == known[:, None, :])).all(axis=-1)
+
+
 def completion_marginals(known: np.ndarray) -> np.ndarray:
     """Digit marginals [B, 16, 4] of each cell under the uniform distribution over the valid grids that agree
     with `known` ([B, 16] ints, 0 = unknown): the exact posterior of an open puzzle's answer given the clues
     and the answer cells left visible. Raises ValueError when a row agrees with no valid grid."""
-    grids = solution_grids()
-    known = np.asarray(known)
-    agree = ((known[:, None, :] == 0) | (grids[None] == known[:, None, :])).all(axis=-1)  # [B, 288]
+    agree = agreeing_grids(known)
     counts = agree.sum(axis=1)
     if not counts.all():
-        bad = known[int(np.argmin(counts))]
+        bad = np.asarray(known)[int(np.argmin(counts))]
         raise ValueError(f"known cells {bad.tolist()} agree with no valid 4x4 grid")
-    onehot = (grids[..., None] == np.arange(1, SIZE + 1)).astype(np.float64)  # [288, 16, 4]
+    onehot = (solution_grids()[..., None] == np.arange(1, SIZE + 1)).astype(np.float64)  # [288, 16, 4]
     return np.einsum("bg,gcd->bcd", agree.astype(np.float64), onehot) / counts[:, None, None]
 
 
