@@ -45,7 +45,7 @@ def _run_line(log: dict) -> str:
     return (f"`{log['command']}` (seed {tc['seed']}); {tc['steps']} steps of batch {tc['batch_size']}, AdamW lr "
             f"{tc['lr']} (warm-up {tc['warmup_steps']}, cosine to {tc['min_lr_ratio']}×), weight decay "
             f"{tc['weight_decay']}, grad clip {tc['grad_clip']}, {tc['threads']} CPU thread(s); "
-            f"{log['train_seconds'] / 60:.1f} minutes of training on a shared 2-core CPU (torch {log['torch']})")
+            f"{log['train_seconds'] / 60:.1f} minutes of training on a 2-core CPU (torch {log['torch']})")
 
 
 def _stage_lines(log: dict, flavour: str) -> list[str]:
@@ -65,8 +65,7 @@ def _stage_lines(log: dict, flavour: str) -> list[str]:
         f"{log['config']['d_model']} --mlp-hidden-size {log['config']['mlp_hidden_size']}`; stage 1 goes to "
         f"`outputs/tiny_train/{flavour}/stage1/`); the recorded stages took {minutes:.0f} minutes of training "
         "steps together, plus about a minute of monitoring and checkpointing. The recorded runs wrote to "
-        "scratch directories and used one thread because both models trained at once; thread count changes "
-        "float rounding, not the recipe.",
+        "scratch directories (`--out`, `--state`); the thread count changes float rounding, not the recipe.",
     ]
 
 
