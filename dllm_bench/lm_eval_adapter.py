@@ -96,6 +96,7 @@ class DllmBenchLM(LM):
         dtype: str | None = None,
         device: str | None = None,
         stats_path: str | None = None,
+        max_length: int | None = None,
         **unused: Any,
     ) -> None:
         super().__init__()
@@ -103,6 +104,8 @@ class DllmBenchLM(LM):
             raise ValueError(f"unknown model_args {sorted(unused)}; see dllm_bench/lm_eval_adapter.py for the list")
         if mc_num < 1 or mc_batch_size < 1 or mc_num % mc_batch_size:
             raise ValueError(f"mc_num={mc_num}, mc_batch_size={mc_batch_size}: need mc_num a positive multiple of it")
+        if max_length not in (None, "None") and int(max_length) < 2:
+            raise ValueError(f"max_length={max_length}: a rolling window needs at least 2 tokens (context + target)")
         params = {"threshold": {"tau": float(tau)}, "factor": {"f": float(f)}, "frechet": {"delta": float(delta)},
                   "topk": {}}.get(selector, {})
         self.gen_length = None if gen_length in (None, "None", 0) else int(gen_length)
@@ -116,6 +119,10 @@ class DllmBenchLM(LM):
         if self.tokenizer is None:
             raise ValueError(f"model={model!r}: no tokenizer next to the weights; lm-eval needs one")
         self.config = self.model.config
+        self.max_length = self.config.max_sequence_length if max_length in (None, "None") else int(max_length)
+        if self.max_length > self.config.max_sequence_length:
+            raise ValueError(f"max_length={max_length}: more than the model's max_sequence_length "
+                             f"{self.config.max_sequence_length}")
         self.chat = bool(self.config.is_instruct) if chat in (None, "None") else bool(chat)
         # lm-eval's "auto" batch sizing probes memory with HF models; here a string falls back to max_batch_size or 1
         self.batch_size = int(batch_size) if str(batch_size).isdigit() else int(max_batch_size or 1)
@@ -324,8 +331,31 @@ class DllmBenchLM(LM):
             self.cache_hook.add_partial("loglikelihood", req.args, (ll, greedy))
         return results
 
+    def rolling_windows(self, text: str) -> list[tuple[list[int], list[int]]]:
+        """lm-eval's disjoint rolling windows of a document: (context, target) pairs whose targets tile the text.
+
+        The first context is the BOS (else EOS) token; each window's context + target fit in `max_length` tokens."""
+        from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+
+        tokens = self.tokenizer.encode(text, add_special_tokens=False)
+        prefix = self.tokenizer.bos_token_id if self.tokenizer.bos_token_id is not None else self.config.eos_token_id
+        # lm-eval's windows are AR (input, shifted target): the disjoint pair holds one token more than max_seq_len
+        windows = get_rolling_token_windows(tokens, int(prefix), max_seq_len=self.max_length - 1, context_len=1)
+        return [make_disjoint_window(w) for w in windows]
+
     def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[float]:
-        raise NotImplementedError("loglikelihood_rolling (perplexity tasks) is not defined for masked diffusion LMs here")
+        """Perplexity tasks: the sum over the document's rolling windows of the masked estimate of each target given
+        its context. Each term estimates a lower bound (the masked ELBO) on log p(target | context), so by the chain
+        rule the sum estimates a lower bound on log p(document): perplexities from it are upper bounds."""
+        results = []
+        for req in requests:
+            (text,) = req.args
+            seed = self.seed ^ zlib.crc32(text.encode("utf-8"))
+            ll = sum(self.masked_loglikelihood(context, target, seed + i)
+                     for i, (context, target) in enumerate(self.rolling_windows(text)))
+            results.append(ll)
+            self.cache_hook.add_partial("loglikelihood_rolling", req.args, ll)
+        return results
 
 
 def main() -> None:

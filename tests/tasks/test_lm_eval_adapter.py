@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import zlib
 from pathlib import Path
 
@@ -111,3 +112,58 @@ def test_masked_loglikelihood_is_deterministic_and_sums_over_tokens(tiny_llada_d
     assert a == b and a < 0
     (c, _), = lm.loglikelihood([Req(("2+2=", " 4 and more text"))])
     assert c < a  # more target tokens, more negative log-likelihood
+
+
+class _Req:
+    def __init__(self, args):
+        self.args = args
+
+
+def test_rolling_windows_tile_the_document_and_the_loglikelihood_sums_them(tiny_llada_dir):
+    text = "..12/..../2.3./.4.. then 1234/3412/2143/4321"
+    lm = DllmBenchLM(model=str(tiny_llada_dir), mc_num=8, mc_batch_size=4, device="cpu", max_length=8)
+    tokens = lm.tokenizer.encode(text, add_special_tokens=False)
+    windows = lm.rolling_windows(text)
+    assert len(windows) > 3 and [tok for _, target in windows for tok in target] == tokens  # targets tile the text, in order
+    assert windows[0][0] == [lm.tokenizer.bos_token_id]
+    assert all(len(c) >= 1 and len(c) + len(t) <= 8 for c, t in windows)
+    seed = 0 ^ zlib.crc32(text.encode("utf-8"))
+    expected = sum(lm.masked_loglikelihood(c, t, seed + i) for i, (c, t) in enumerate(windows))
+    (ll,) = lm.loglikelihood_rolling([_Req((text,))])
+    assert ll == pytest.approx(expected) and ll < 0
+    # a document that fits is one window: the masked estimate of all its tokens after BOS
+    whole = DllmBenchLM(model=str(tiny_llada_dir), mc_num=8, mc_batch_size=4, device="cpu")
+    assert whole.loglikelihood_rolling([_Req((text,))]) == [whole.masked_loglikelihood(
+        [whole.tokenizer.bos_token_id], tokens, seed)]
+    assert whole.loglikelihood_rolling([_Req(("",))]) == [0]
+
+
+def test_rolling_max_length_is_checked(tiny_llada_dir):
+    with pytest.raises(ValueError, match="max_length=1"):
+        DllmBenchLM(model=str(tiny_llada_dir), max_length=1)
+    with pytest.raises(ValueError, match="max_length=100000: more than"):
+        DllmBenchLM(model=str(tiny_llada_dir), max_length=100000)
+
+
+def test_simple_evaluate_perplexity_task_uses_the_rolling_loglikelihood(tiny_llada_dir, tmp_path):
+    """A local perplexity task (wikitext's output type and metrics) runs end to end; bits/byte equal our sums."""
+    docs = [{"text": "..12/..../2.3./.4.. solved as 3412/1234/2341/4123"}, {"text": "1.../.2../..3./...4 is open"}]
+    data = tmp_path / "ppl.jsonl"
+    data.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    (tmp_path / "tiny_ppl.yaml").write_text(yaml.safe_dump({
+        "task": "tiny_ppl", "dataset_path": "json", "dataset_kwargs": {"data_files": {"test": str(data)},
+                                                                       "cache_dir": str(tmp_path / "hf")},
+        "test_split": "test", "output_type": "loglikelihood_rolling", "doc_to_text": "", "doc_to_target": "{{text}}",
+        "metric_list": [{"metric": "word_perplexity"}, {"metric": "byte_perplexity"}, {"metric": "bits_per_byte"}],
+    }))
+    model_args = {"model": str(tiny_llada_dir), "device": "cpu", "mc_num": 8, "mc_batch_size": 4, "max_length": 16}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HF_DATASETS_OFFLINE", "1")
+        results = lm_eval.simple_evaluate(model="dllm_bench", model_args=model_args, tasks=["tiny_ppl"],
+                                          task_manager=TaskManager(include_path=str(tmp_path)), random_seed=0)
+    lm = DllmBenchLM(**model_args)
+    ll = lm.loglikelihood_rolling([_Req((d["text"],)) for d in docs])
+    n_bytes = sum(len(d["text"].encode("utf-8")) for d in docs)
+    got = results["results"]["tiny_ppl"]
+    assert got["bits_per_byte,none"] == pytest.approx(-sum(ll) / n_bytes / math.log(2))
+    assert got["byte_perplexity,none"] > 1 and got["word_perplexity,none"] > got["byte_perplexity,none"]
