@@ -25,11 +25,10 @@ import torch
 
 from dllm_bench.decoding.selectors import factor_commit_mask, frechet_commit_mask, threshold_commit_mask
 from dllm_bench.models import load_model
-from dllm_bench.tiny.encoding import DEFAULT_GEN_LENGTH, encode_batch, posterior_answer_targets
+from dllm_bench.tiny.encoding import DEFAULT_GEN_LENGTH, cell_digits, encode_batch, posterior_answer_targets
 from dllm_bench.tiny.objective import mask_answers
 from dllm_bench.tiny.sudoku_puzzles import (
     CELLS,
-    DIGITS,
     agreeing_grids,
     completion_marginals,
     load_test_set,
@@ -79,7 +78,6 @@ def decoding_state_reliability(model, rows: list[dict], rule: str, value: float)
     prompts, _ = encode_batch(tok, cfg, [r["puzzle"] for r in rows], [r["solution"] for r in rows], gen)
     p_len, n = prompts.shape[1], len(rows)
     canvas = torch.cat([prompts, torch.full((n, gen), cfg.mask_token_id)], 1)
-    digit_of = {tid: d for d, tid in enumerate(tok.convert_tokens_to_ids(list(DIGITS)), start=1)}
     known = np.stack([parse_puzzle(r["puzzle"]) for r in rows]).astype(np.int64)
     alive = np.ones(n, dtype=bool)  # still completable to a valid grid
     failed_at: dict[int, int] = {}
@@ -92,8 +90,9 @@ def decoding_state_reliability(model, rows: list[dict], rule: str, value: float)
         conf, pred = probs.max(-1)
         commit = RULES[rule](conf, masked, value)
         marg = completion_marginals(np.where(alive[:, None], known, 0))  # dead rows: placeholder, unused
+        pred_digits = cell_digits(tok, pred[:, :CELLS])
         for b, pos in commit[:, :CELLS].nonzero().tolist():
-            digit = digit_of.get(int(pred[b, pos]), 0)
+            digit = int(pred_digits[b, pos])
             if alive[b]:
                 conf_list.append(float(conf[b, pos]))
                 true_list.append(float(marg[b, pos, digit - 1]) if digit else 0.0)

@@ -47,6 +47,13 @@ def encode_batch(tokenizer, config, puzzles: list[str], solutions: list[str], ge
     return torch.tensor(prompts, dtype=torch.long), torch.tensor(answers, dtype=torch.long)
 
 
+def cell_digits(tokenizer, cell_ids: torch.Tensor) -> np.ndarray:
+    """Digit values [B, 16] (1..4; 0 for any token that is not a digit) of answer-cell token ids [B, 16]."""
+    digit_ids = torch.tensor(tokenizer.convert_tokens_to_ids(list(DIGITS)))
+    is_digit = cell_ids[..., None] == digit_ids  # [B, 16, 4]
+    return (is_digit.long() * torch.arange(1, len(DIGITS) + 1)).sum(-1).numpy()
+
+
 def posterior_answer_targets(tokenizer, puzzles: list[str], answers: torch.Tensor, masked: torch.Tensor,
                              vocab_size: int) -> torch.Tensor:
     """Soft targets [B, G, V]: for the 16 cells, the exact posterior digit marginals given the clues and the
@@ -59,13 +66,9 @@ def posterior_answer_targets(tokenizer, puzzles: list[str], answers: torch.Tenso
     """
     targets = torch.nn.functional.one_hot(answers, vocab_size).to(torch.float32)
     digit_ids = torch.tensor(tokenizer.convert_tokens_to_ids(list(DIGITS)))
-    cells = answers[:, :CELLS]
-    value = torch.zeros_like(cells)
-    for d, tid in enumerate(digit_ids.tolist(), start=1):
-        value[cells == tid] = d
     known = np.stack([parse_puzzle(p) for p in puzzles]).astype(np.int64)
     visible = (~masked[:, :CELLS]).numpy()
-    known = np.where(known > 0, known, np.where(visible, value.numpy(), 0))
+    known = np.where(known > 0, known, np.where(visible, cell_digits(tokenizer, answers[:, :CELLS]), 0))
     marginals = torch.from_numpy(completion_marginals(known)).to(torch.float32)  # [B, 16, 4]
     cell_targets = torch.zeros(len(puzzles), CELLS, vocab_size)
     cell_targets[:, :, digit_ids] = marginals
