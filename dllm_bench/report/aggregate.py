@@ -49,7 +49,7 @@ def aggregate_runs(rows: pd.DataFrame) -> Aggregate:
     """
     missing = [c for c in REQUIRED_COLUMNS if c not in rows.columns]
     if missing:
-        raise ValueError(f"runs.csv rows lack columns {missing}; expected the runner's schema (README.md § Runner)")
+        raise ValueError(f"runs.csv rows lack columns {missing}; expected the runner's schema (docs/runner.md)")
     if rows.empty:
         raise ValueError("no runs to aggregate")
     numeric = rows[list(REQUIRED_COLUMNS[1:])].apply(pd.to_numeric, errors="raise")

@@ -41,7 +41,7 @@ def run_points(runs: pd.DataFrame) -> pd.DataFrame:
     needed = ["selector.name", "cache.name", "accuracy", "tokens_per_s", "tokens_per_forward", "nfe_mean"]
     missing = [c for c in needed if c not in runs.columns]
     if missing:
-        raise ValueError(f"runs lack columns {missing}; expected the runner's runs.csv schema (README.md § Runner)")
+        raise ValueError(f"runs lack columns {missing}; expected the runner's runs.csv schema (docs/runner.md)")
     out = pd.DataFrame({
         "method": runs["selector.name"].astype(str),
         "cache": runs["cache.name"].astype(str),

@@ -1,7 +1,7 @@
 """Confidence-profile analysis of step traces: what threshold, factor and Fréchet would commit on the same steps.
 
 Input: the runner's `traces.jsonl` (one line per sample: `{"sample_id", "doc_index", "steps": [{"step",
-"sorted_confidences", "n_committed", "frechet_core", "frechet_bonus"}, ...]}`, see README.md § Decoding engine).
+"sorted_confidences", "n_committed", "frechet_core", "frechet_bonus"}, ...]}`, see docs/decoding.md).
 Every rule is applied to the identical sorted candidate confidences of each traced step, so the comparison
 isolates the rule from the trajectory it would have produced.
 """

@@ -7,7 +7,7 @@ from typing import Any
 
 from dllm_bench.decoding.accounting import cut_at_stop_strings
 
-# runner count_rule -> the decoding engine's token-count key (README.md § Decoding engine); samples.jsonl has tokens_<rule>
+# runner count_rule -> the decoding engine's token-count key (docs/decoding.md); samples.jsonl has tokens_<rule>
 COUNT_KEYS = {"cut": "tokens", "nonstop": "tokens_non_eos", "canvas": "tokens_canvas_non_eos",
               "all": "tokens_gen_length"}
 

@@ -49,7 +49,7 @@ def device_name(device: str) -> str:
 
 
 def build_components(c: dict[str, Any]) -> tuple[Any, Any, Any, str | None]:
-    """(policy, selector, cache, confidence measure) for a validated config (README.md § Runner -> README.md § Decoding engine)."""
+    """(policy, selector, cache, confidence measure) for a validated config (docs/runner.md -> docs/decoding.md)."""
     sel, cache_cfg, compat = c["selector"], c["cache"], c.get("compat") or {}
     name = sel["name"]
     measure = None

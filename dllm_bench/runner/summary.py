@@ -20,7 +20,7 @@ def wilson_interval(successes: float, n: float, z: float = Z95) -> tuple[float, 
 
 
 def summarise(rows: list[dict[str, Any]], count_rule: str) -> dict[str, Any]:
-    """Summary columns of README.md § Runner for the rows of one run (order-independent)."""
+    """Summary columns of docs/runner.md for the rows of one run (order-independent)."""
     n = len(rows)
     correct = sum(bool(r["correct"]) for r in rows)
     low, high = wilson_interval(correct, n)

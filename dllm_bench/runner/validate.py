@@ -198,7 +198,7 @@ def build_task(task: dict[str, Any]) -> Task:
     try:
         return get_task(name, **task_options(task))
     except TypeError as e:
-        raise ConfigError(f"task={name!r}: {e}; allowed options are those of TaskConfig (README.md § Benchmark tasks)") from None
+        raise ConfigError(f"task={name!r}: {e}; allowed options are those of TaskConfig (docs/tasks.md)") from None
     except ValueError as e:
         raise ConfigError(f"task={name!r}: {e}") from None
 
@@ -226,7 +226,7 @@ def _validate_top_level(c: dict[str, Any]) -> None:
 
 
 def validate_config(cfg: DictConfig | dict) -> dict[str, Any]:
-    """Check every rule of README.md § Runner ("Validation"); return the resolved plain config."""
+    """Check every rule of docs/runner.md ("Validation"); return the resolved plain config."""
     c = to_container(cfg)
     for group in ("model", "task", "cache", "selector"):
         if not isinstance(c.get(group), dict):
