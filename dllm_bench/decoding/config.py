@@ -30,8 +30,10 @@ from dllm_bench.decoding.selectors import (
 
 @dataclass(frozen=True)
 class TopKSelector:
-    """Fixed-step baseline: the schedule's k most confident candidates (LLaDA ``low_confidence``)."""
+    """Fixed-step baseline: the schedule's k most confident candidates (LLaDA ``low_confidence``);
+    ``remasking='random'`` ranks by U(0,1) draws instead (LLaDA ``random``)."""
 
+    remasking: str = "low_confidence"
     name: str = field(default="topk", init=False)
     adaptive = False
 
@@ -93,12 +95,18 @@ class OracleSelector:
 
 
 Selector = TopKSelector | ThresholdSelector | FactorSelector | FrechetSelector | OracleSelector
+REMASKING = ("low_confidence", "random")
 SELECTORS = {"topk": TopKSelector, "threshold": ThresholdSelector, "factor": FactorSelector,
              "frechet": FrechetSelector, "oracle": OracleSelector}
 
 
+def init_fields(cls) -> tuple[str, ...]:
+    """The parameters a selector/policy/cache dataclass takes (its init fields), in declaration order."""
+    return tuple(f.name for f in fields(cls) if f.init)
+
+
 def _check_params(kind: str, name: str, cls, params: dict) -> None:
-    allowed = {f.name for f in fields(cls) if f.init}
+    allowed = set(init_fields(cls))
     unknown = set(params) - allowed
     if unknown:
         raise ValueError(f"{kind} {name!r} takes parameters {sorted(allowed)}, got unknown {sorted(unknown)}")
@@ -111,6 +119,8 @@ def build_selector(name: str, **params) -> Selector:
     cls = SELECTORS[name]
     _check_params("selector", name, cls, params)
     sel = cls(**params)
+    if name == "topk" and sel.remasking not in REMASKING:
+        raise ValueError(f"topk remasking {sel.remasking!r} is not one of {', '.join(REMASKING)}")
     if name == "threshold" and not 0 < sel.tau <= 1:
         raise ValueError(f"threshold tau must be in (0, 1], got {sel.tau}")
     if name == "factor" and not sel.f > 0:
@@ -123,7 +133,8 @@ def build_selector(name: str, **params) -> Selector:
 # ---------------------------------------------------------------- policies
 
 Policy = BlockPolicy | DreamPolicy | SlowFastPolicy
-POLICIES = ("blocks", "dream", "slowfast")
+POLICY_CLASSES = {"blocks": BlockPolicy, "dream": DreamPolicy, "slowfast": SlowFastPolicy}
+POLICIES = tuple(POLICY_CLASSES)
 
 
 def build_policy(name: str, **params) -> Policy:
@@ -131,7 +142,7 @@ def build_policy(name: str, **params) -> Policy:
     if name == "blocks":
         _check_params("policy", name, BlockPolicy, params)
         pol = BlockPolicy(**params)
-        if pol.steps is not None and pol.steps < 1:
+        if pol.steps is not None and (isinstance(pol.steps, bool) or not isinstance(pol.steps, int) or pol.steps < 1):
             raise ValueError(f"blocks steps must be >= 1 or None, got {pol.steps}")
         return pol
     if name == "dream":
@@ -139,8 +150,8 @@ def build_policy(name: str, **params) -> Policy:
         pol = DreamPolicy(**params)
         if pol.alg not in ("origin", "maskgit_plus", "topk_margin", "entropy"):
             raise ValueError(f"dream alg {pol.alg!r} is not one of origin, maskgit_plus, topk_margin, entropy")
-        if pol.steps < 1:
-            raise ValueError(f"dream steps must be >= 1, got {pol.steps}")
+        if isinstance(pol.steps, bool) or not isinstance(pol.steps, int) or pol.steps < 1:
+            raise ValueError(f"dream steps must be an integer >= 1 (Dream runs a fixed number of steps), got {pol.steps}")
         return pol
     if name == "slowfast":
         preset = params.pop("preset", "code")
@@ -235,6 +246,18 @@ def build_cache(name: str, **params) -> Cache:
     return cache
 
 
+def builder_parameters(kind: str, name: str) -> tuple[str, ...]:
+    """Parameter names ``build_<kind>(name, ...)`` accepts (kind: selector, policy, cache); () for unknown names.
+
+    The runner's config groups use exactly these names as keys (docs/runner.md).
+    """
+    registry = {"selector": SELECTORS, "policy": POLICY_CLASSES, "cache": CACHES}[kind]
+    cls = registry.get(name)
+    if cls is None:
+        return ()
+    return init_fields(cls)
+
+
 def check_combination(
     policy: Policy, selector: Selector | None, cache: Cache, *, gen_length: int, block_length: int,
     cfg_scale: float = 0.0,
@@ -247,24 +270,32 @@ def check_combination(
     num_blocks = gen_length // block_length
     if isinstance(policy, BlockPolicy):
         if selector is None:
-            raise ValueError("policy 'blocks' needs a selector (topk, threshold, factor, frechet, oracle)")
+            raise ValueError("policy 'blocks' has no commit rule of its own: choose a rule "
+                             "(topk, threshold, factor, frechet, oracle)")
         if isinstance(selector, TopKSelector) and policy.steps is None:
-            raise ValueError("selector 'topk' needs policy 'blocks' with steps (fixed-step schedule)")
+            raise ValueError("rule 'topk' needs a fixed-step schedule: policy 'blocks' with steps (an integer)")
         if selector.adaptive and policy.steps is not None:
             raise ValueError(
-                f"selector {selector.name!r} is adaptive (a block runs until full); use blocks steps=None, "
+                f"rule {selector.name!r} is adaptive (a block runs until full): policy 'blocks' needs steps=None, "
                 f"got steps={policy.steps}"
             )
         if policy.steps is not None and policy.steps % num_blocks:
             raise ValueError(f"steps {policy.steps} is not divisible by the number of blocks {num_blocks}")
     elif isinstance(policy, DreamPolicy):
-        if selector is not None and not isinstance(selector, TopKSelector):
-            raise ValueError(f"policy 'dream' chooses its own counts; selector must be topk or None, got {selector.name!r}")
+        if selector is not None:
+            raise ValueError(
+                f"policy 'dream' commits its timestep schedule's count ranked by its alg, so rule must be none, got "
+                f"{selector.name!r} (an adaptive rule on Dream's whole canvas: policy blocks with block_length = "
+                "gen_length)"
+            )
         if block_length != gen_length:
             raise ValueError(f"policy 'dream' has no blocks: block_length {block_length} must equal gen_length {gen_length}")
     elif isinstance(policy, SlowFastPolicy):
-        if selector is not None:
-            raise ValueError(f"policy 'slowfast' has its own commit rule; selector must be None, got {selector.name!r}")
+        if selector is not None and not selector.adaptive:
+            raise ValueError(
+                f"policy 'slowfast' takes an adaptive rule for its fast phase (threshold, factor, frechet, oracle) "
+                f"or none (its own tau_high rule), got {selector.name!r}"
+            )
         if policy.variant == "dream" and block_length != gen_length:
             raise ValueError(f"slowfast variant 'dream' has no blocks: block_length {block_length} must equal gen_length")
         if policy.truncate_fast and not isinstance(cache, NoCache):

@@ -109,7 +109,10 @@ def generate(
         raise ValueError(f"temperature must be >= 0, got {temperature}")
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids must be [B, P], got shape {tuple(input_ids.shape)}")
-    default_measure = policy.measure if isinstance(policy, DreamPolicy) else "top1_prob"
+    if isinstance(policy, DreamPolicy):
+        default_measure = policy.measure
+    else:
+        default_measure = "random" if getattr(selector, "remasking", None) == "random" else "top1_prob"
     if confidence is not None and isinstance(policy, DreamPolicy) and confidence != default_measure:
         raise ValueError(f"dream alg {policy.alg!r} uses confidence {default_measure!r}, got {confidence!r}")
     measure = check_measure(confidence or default_measure)

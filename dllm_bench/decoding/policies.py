@@ -140,7 +140,8 @@ class SlowFastPolicy:
     Exploration commits every candidate >= ``explore_tau`` when at least ``min_parallel`` qualify (else
     the top-1) and estimates end = prev + 1 + offset of the farthest candidate >= ``tau_min``. The span is
     frozen when the estimate window is stable, else int(mean) after K steps. The fast phase commits
-    candidates >= ``tau_high`` on [prev, end) (top-1 fallback) until the span is full.
+    candidates >= ``tau_high`` on [prev, end) (top-1 fallback) until the span is full; an adaptive selector
+    passed to ``decide`` (a config ``rule``) commits the fast phase instead.
     ``variant='dream'``: window pre-filled with zeros, unbiased variance <= threshold, round(mean), and
     exploration stops early once nothing is masked. ``truncate_fast`` reproduces the published fast phase
     that runs the network on the canvas cut at the span end after its first call.
@@ -231,7 +232,12 @@ class SlowFastPolicy:
         qualifying = ctx.candidates & (ctx.confidence >= tau.to(ctx.confidence.dtype).unsqueeze(1))
         parallel = qualifying.sum(dim=1) >= self.min_parallel
         top1 = topk_commit_mask(ctx.confidence, ctx.candidates, 1)
-        return torch.where(parallel.unsqueeze(1), qualifying, top1), ctx.prediction
+        commit, tokens = torch.where(parallel.unsqueeze(1), qualifying, top1), ctx.prediction
+        if selector is not None and bool(state["fast"].any()):  # a rule replaces the tau_high fast-phase commit
+            fast = state["fast"].unsqueeze(1)
+            rule_commit, rule_tokens = selector.commit(ctx)
+            commit, tokens = torch.where(fast, rule_commit, commit), torch.where(fast, rule_tokens, tokens)
+        return commit, tokens
 
     def _fallback_end(self, state: dict) -> torch.Tensor:
         """End after K undetermined steps: int(mean) of the estimates (block_length // 2 if none)."""

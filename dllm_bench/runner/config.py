@@ -37,7 +37,7 @@ def to_container(cfg: DictConfig | dict) -> dict[str, Any]:
 
 
 def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Flatten nested dicts to dotted keys (`selector.delta`); lists become JSON strings."""
+    """Flatten nested dicts to dotted keys (`rule.delta`); lists become JSON strings."""
     flat: dict[str, Any] = {}
     for key, value in data.items():
         dotted = f"{prefix}{key}"
@@ -56,7 +56,7 @@ def output_affecting(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def compute_run_id(cfg: DictConfig | dict) -> str:
-    """Stable id `<selector>-<cache>-<sha256[:12]>` of the output-affecting settings."""
+    """Stable id `<policy>-<rule>-<cache>-<sha256[:12]>` of the output-affecting settings."""
     data = to_container(cfg)
     model = data.get("model")
     if isinstance(model, dict) and str(model.get("device")).startswith(("cuda", "per_job")):
@@ -65,6 +65,5 @@ def compute_run_id(cfg: DictConfig | dict) -> str:
     # Paths inside the package hash the same in every checkout.
     blob = blob.replace(str(PACKAGE_DIR), "<dllm_bench>")
     digest = hashlib.sha256(blob.encode()).hexdigest()[:12]
-    selector = str(data.get("selector", {}).get("name", "selector"))
-    cache = str(data.get("cache", {}).get("name", "none"))
-    return f"{selector}-{cache}-{digest}"
+    names = [str((data.get(group) or {}).get("name", group)) for group in ("policy", "rule", "cache")]
+    return "-".join([*names, digest])

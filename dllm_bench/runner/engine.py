@@ -1,4 +1,4 @@
-"""Bind a validated run config to the decoding engine: load the model once, map config keys to builders."""
+"""Bind a validated run config to the decoding engine: load the model once, build its policy, rule and cache."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from typing import Any
 import torch
 from PIL import Image
 
-from dllm_bench.decoding import build_cache, build_policy, build_selector, check_combination, generate
+from dllm_bench.decoding import build_cache, build_policy, build_selector, generate
 from dllm_bench.models import load_model
 from dllm_bench.models.loading import token_ids
-from dllm_bench.runner.execute import Engine, Generation
+from dllm_bench.runner.components import build_components
+from dllm_bench.runner.interface import Engine, Generation
 from dllm_bench.runner.sharding import DistContext
 from dllm_bench.runner.validate import build_task
 
@@ -46,46 +47,6 @@ def device_name(device: str) -> str:
     if dev.type == "cuda":
         return torch.cuda.get_device_name(dev)
     return f"{dev.type} ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
-
-
-def build_components(c: dict[str, Any]) -> tuple[Any, Any, Any, str | None]:
-    """(policy, selector, cache, confidence measure) for a validated config (docs/runner.md -> docs/decoding.md)."""
-    sel, cache_cfg, compat = c["selector"], c["cache"], c.get("compat") or {}
-    name = sel["name"]
-    measure = None
-    if name == "slowfast":
-        overrides = {"explore_steps": sel["explore_steps"], "tau_min": sel["tau_min"],
-                     "stability_window": sel["window"], "stability_threshold": sel["std_threshold"],
-                     "tau_high": sel["tau_high"], "truncate_fast": bool(compat.get("slowfast_truncate", False))}
-        overrides.update({k: sel[k] for k in ("variant", "explore_tau") if sel.get(k) is not None})
-        policy, selector = build_policy("slowfast", preset=sel.get("preset", "code"), **overrides), None
-    elif name == "dream":
-        policy, selector = build_policy("dream", steps=c["steps"], alg=sel["alg"]), None
-    else:
-        policy = build_policy("blocks", steps=c["steps"] if name == "topk" else None)
-        params: dict[str, Any] = {}
-        if name == "threshold":
-            params = {"tau": float(sel["tau"])}
-        elif name == "factor":
-            params = {"f": float(sel["f"]), "compat": compat.get("factor_rule", "paper") == "code"}
-        elif name == "frechet":
-            params = {"delta": float(sel["delta"])}
-        elif name == "topk" and sel.get("remasking") == "random":
-            measure = "random"
-        selector = build_selector(name, **params)
-    kind = cache_cfg["name"]
-    if kind in ("prefix", "dual"):
-        cache = build_cache(kind, refresh_every=cache_cfg.get("refresh_interval"),
-                            compat_first_token=bool(compat.get("dream_cache_force_first", False)))
-    elif kind == "dllm_cache":
-        cache = build_cache("dllm", prompt_interval=max(1, int(cache_cfg["prompt_interval"])),
-                            response_interval=max(1, int(cache_cfg["response_interval"])),
-                            verify_ratio=float(cache_cfg["verify_ratio"]))
-    else:
-        cache = build_cache("none")
-    check_combination(policy, selector, cache, gen_length=c["gen_length"], block_length=c["block_length"],
-                      cfg_scale=float(c.get("cfg_scale", 0.0)))
-    return policy, selector, cache, measure
 
 
 def doc_images(doc: dict) -> list[Image.Image]:
@@ -122,12 +83,12 @@ class DecodingEngine(Engine):
         self.stop_token_ids = tuple(self.config.stop_token_ids)
         self.device_name = device_name(self.device)
         self.c = c
-        self.policy, self.selector, self.cache, self.measure = build_components(c)
+        self.policy, self.selector, self.cache = build_components(c)
         self.forbidden_ids = token_ids(self.tokenizer, c["model"].get("forbidden_tokens") or [], "model.forbidden_tokens")
         # a vision model on an image task: prompts and images become embeddings via the model's build_inputs
         self.multimodal = bool(getattr(self.model, "accepts_images", False)) and build_task(c["task"]).needs_images
         self.sequential = None
-        if c["selector"]["name"] == "oracle":
+        if c["rule"]["name"] == "oracle":
             steps = c["gen_length"]
             self.sequential = (build_policy("blocks", steps=steps), build_selector("topk"), build_cache("none"))
 
@@ -176,7 +137,7 @@ class DecodingEngine(Engine):
         ids, mask, kwargs = self.inputs(prompts, docs)
         with torch.inference_mode():
             out = generate(self.model, ids, mask, policy=self.policy, selector=self.selector, cache=self.cache,
-                           confidence=self.measure, trace=bool(self.c.get("trace", False)),
+                           trace=bool(self.c.get("trace", False)),
                            tokenizer=self.tokenizer, stop_strings=list(stop_strings), **self._common(seeds),
                            **kwargs, **extra)
         tokens = out.tokens.tolist()

@@ -6,8 +6,6 @@ import logging
 import math
 import random
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -18,6 +16,7 @@ from dllm_bench.models.loading import checkpoint_fingerprint
 from dllm_bench.runner.completions import COUNT_KEYS, completion_texts
 from dllm_bench.runner.config import compute_run_id, flatten
 from dllm_bench.runner.environment import environment_info
+from dllm_bench.runner.interface import Engine, EngineFactory
 from dllm_bench.runner.progress import RunProgress
 from dllm_bench.runner.sharding import DistContext, barrier, init_distributed, shard, shutdown
 from dllm_bench.runner.store import ResultsStore
@@ -27,38 +26,6 @@ from dllm_bench.tasks import Task
 from dllm_bench.tasks.chat import render_prompt
 
 log = logging.getLogger("dllm_bench.run")
-
-
-@dataclass
-class Generation:
-    """What the engine returns per row: answer-region ids and how they were counted."""
-
-    ids: list[int]
-    nfe: int
-    steps: int
-    token_counts: dict[str, int]  # the decoding engine's counting rules (COUNT_KEYS values)
-    decode_time_s: float = math.nan  # from the start of the generate call until this row finished
-    forward_positions: int = 0
-    trace: dict[str, Any] | None = None
-
-
-EngineFactory = Callable[[dict[str, Any], DistContext], "Engine"]
-
-
-class Engine:
-    """Interface of a decoding engine bound to a model (see dllm_bench.runner.engine)."""
-
-    tokenizer: Any
-    stop_token_ids: tuple[int, ...]
-    device_name: str
-
-    def prepare(self, prompts: list[str], docs: list[dict], seeds: list[int]) -> dict[str, Any]:
-        """Untimed per-batch work (e.g. the oracle's reference decode); extra arguments for `generate`."""
-        return {}
-
-    def generate(self, prompts: list[str], docs: list[dict], seeds: list[int], stop_strings: tuple[str, ...],
-                 **extra: Any) -> list[Generation]:
-        raise NotImplementedError
 
 
 def _now() -> str:
@@ -144,7 +111,7 @@ def _decode_shard(engine: Engine, task: Task, all_docs: list[dict], mine: list[i
     for _ in range(int(c.get("warmup", 0))):  # compiles kernels, fills allocator caches; never timed or kept
         _seed_everything(int(c["seed"]))
         decode_batch(engine, task, [all_docs[i] for i in batches[0]], batches[0], c, ctx.rank)
-    desc = f"{c['selector']['name']}/{c['cache']['name']}"
+    desc = f"{c['policy']['name']}/{c['rule']['name']}/{c['cache']['name']}"
     if ctx.world_size > 1:  # rank 0 shows its own shard
         total, already, desc = len(mine), 0, f"{desc} [rank 0 of {ctx.world_size}]"
     bar = RunProgress(total=total, initial=already, desc=desc,

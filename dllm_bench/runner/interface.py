@@ -1,0 +1,45 @@
+"""What the runner asks of a decoding engine: `Engine` (bound to one model) and the per-row `Generation`.
+
+Kept apart from `execute` (which drives an engine) and `engine` (which implements one) so neither imports the other.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from dllm_bench.runner.sharding import DistContext
+
+
+@dataclass
+class Generation:
+    """What the engine returns per row: answer-region ids and how they were counted."""
+
+    ids: list[int]
+    nfe: int
+    steps: int
+    token_counts: dict[str, int]  # the decoding engine's counting rules (COUNT_KEYS values)
+    decode_time_s: float = math.nan  # from the start of the generate call until this row finished
+    forward_positions: int = 0
+    trace: dict[str, Any] | None = None
+
+
+EngineFactory = Callable[[dict[str, Any], DistContext], "Engine"]
+
+
+class Engine:
+    """Interface of a decoding engine bound to a model (see dllm_bench.runner.engine)."""
+
+    tokenizer: Any
+    stop_token_ids: tuple[int, ...]
+    device_name: str
+
+    def prepare(self, prompts: list[str], docs: list[dict], seeds: list[int]) -> dict[str, Any]:
+        """Untimed per-batch work (e.g. the oracle's reference decode); extra arguments for `generate`."""
+        return {}
+
+    def generate(self, prompts: list[str], docs: list[dict], seeds: list[int], stop_strings: tuple[str, ...],
+                 **extra: Any) -> list[Generation]:
+        raise NotImplementedError
