@@ -131,10 +131,11 @@ def resolve_table(
 
 def reference_result(spec: TableSpec, result: CellResult, results: list[CellResult]) -> CellResult | None:
     """The cell this cell's speedup is measured against (same row group, the table's reference method)."""
-    if not spec.speedup_ref:
+    ref = result.cell.speedup_ref or spec.speedup_ref
+    if not ref:
         return None
     key = dict(zip(spec.row_fields, result.cell.row)) | dict(zip(spec.col_fields, result.cell.col))
-    target = key | spec.speedup_ref
+    target = key | ref
     for other in results:
         other_key = dict(zip(spec.row_fields, other.cell.row)) | dict(zip(spec.col_fields, other.cell.col))
         if other_key == target:

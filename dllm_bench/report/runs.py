@@ -18,6 +18,8 @@ from dllm_bench.runner.config import CONF_DIR, NON_OUTPUT_KEYS, PACKAGE_DIR, fla
 _ABSENT = object()
 # Not part of a setting's identity: bookkeeping keys, plus seed (pooled across repeats) and the device.
 NON_IDENTITY_KEYS = frozenset(NON_OUTPUT_KEYS) | {"seed", "model.device", "run_id"}
+# Columns a runs.csv must have for its rows to be compared at all: what the decoding groups chose.
+REQUIRED_KEYS = ("policy.name", "rule.name", "cache.name")
 
 
 def override_value(value: Any) -> str:
@@ -128,9 +130,10 @@ def find_runs_csv(results_dir: Path | str) -> list[Path]:
 
 
 def matching_rows(runs: pd.DataFrame, config: Mapping[str, Any]) -> pd.DataFrame:
-    """Rows whose every identity value equals the cell's; keys absent from runs.csv are not compared."""
-    if runs.empty:
-        return runs
+    """Rows whose every identity value equals the cell's; keys absent from runs.csv are not compared, except
+    `REQUIRED_KEYS` (a file without them cannot hold this setting)."""
+    if runs.empty or any(key not in runs.columns for key in REQUIRED_KEYS):
+        return runs.iloc[0:0]  # written under another config schema (e.g. before policy x rule): never a match
     mask = pd.Series(True, index=runs.index)
     for key, expected in identity(flatten(dict(config))).items():
         if key not in runs.columns:
