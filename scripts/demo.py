@@ -1,4 +1,4 @@
-"""`make demo`: sweep selectors x caches on the embedded tiny model; print a table, write CSVs and a Pareto plot.
+"""`make demo`: sweep decoding rules x caches on the embedded tiny model; print a table, write CSVs and a Pareto plot.
 
     python scripts/demo.py             # resumes finished runs under results/demo/
     python scripts/demo.py --fresh     # deletes results/demo/ first
@@ -28,14 +28,14 @@ from dllm_bench.runner.execute import execute  # noqa: E402
 
 # (label, parameter shown in the table, overrides); every method runs without a cache and with the dual cache
 METHODS = [
-    ("sequential", "1 token/step", ["selector=topk", "steps=24"]),
-    ("threshold", "tau=0.9", ["selector=threshold", "selector.tau=0.9"]),
-    ("threshold", "tau=0.7", ["selector=threshold", "selector.tau=0.7"]),
-    ("factor", "f=1.0", ["selector=factor", "selector.f=1.0"]),
-    ("frechet", "delta=0.25", ["selector=frechet", "selector.delta=0.25"]),
-    ("frechet", "delta=0.1", ["selector=frechet", "selector.delta=0.1"]),
-    ("slowfast", "code preset", ["selector=slowfast_code"]),
-    ("oracle", "floor", ["selector=oracle"]),
+    ("sequential", "1 token/step", ["rule=topk", "policy.steps=24"]),
+    ("threshold", "tau=0.9", ["rule=threshold", "rule.tau=0.9"]),
+    ("threshold", "tau=0.7", ["rule=threshold", "rule.tau=0.7"]),
+    ("factor", "f=1.0", ["rule=factor", "rule.f=1.0"]),
+    ("frechet", "delta=0.25", ["rule=frechet", "rule.delta=0.25"]),
+    ("frechet", "delta=0.1", ["rule=frechet", "rule.delta=0.1"]),
+    ("slowfast", "code preset", ["policy=slowfast_code"]),
+    ("oracle", "floor", ["rule=oracle"]),
 ]
 CACHES = ("none", "dual")
 TABLE_COLUMNS = ("method", "param", "cache", "accuracy", "ci95", "nfe_mean", "tokens_per_forward", "tokens_per_s",
@@ -113,7 +113,7 @@ def plot(runs_csv: Path, out_dir: Path) -> str:
         ax.scatter([float(r["nfe_mean"]) for r in pts], [float(r["accuracy"]) for r in pts], marker=marker,
                    label=f"cache={cache}")
         for r in pts:
-            ax.annotate(r["selector.name"], (float(r["nfe_mean"]), float(r["accuracy"])), fontsize=7)
+            ax.annotate(r["rule.name"] if r["rule.name"] != "none" else r["policy.name"], (float(r["nfe_mean"]), float(r["accuracy"])), fontsize=7)
     ax.set_xlabel("mean NFE per sample")
     ax.set_ylabel("accuracy")
     ax.legend()

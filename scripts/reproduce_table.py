@@ -142,7 +142,7 @@ def write_profile(spec: TableSpec, results: list[CellResult], results_dir: Path,
         if r.aggregate is None or r.config is None:
             continue
         for run_id in r.aggregate.run_ids:
-            found.append((r.config["selector"]["name"], results_dir / r.config["name"] / run_id / "traces.jsonl"))
+            found.append((r.config["rule"]["name"], results_dir / r.config["name"] / run_id / "traces.jsonl"))
     files = [p for name, p in found if name == "frechet" and p.is_file()] or [p for _, p in found if p.is_file()]
     if not files:
         print(f"[{spec.name}] no traces.jsonl in its runs: no confidence-profile analysis", flush=True)

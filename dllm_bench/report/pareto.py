@@ -17,9 +17,16 @@ AXES = {
     "tokens_per_forward": ("tokens_per_forward", "tokens per forward (Tok/NFE)", True),
     "nfe": ("nfe_mean", "NFE per sample", False),
 }
-# selector name -> the parameter printed on its points
-PARAM_LABELS = {"frechet": ("selector.delta", "δ"), "threshold": ("selector.tau", "τ"), "factor": ("selector.f", "f")}
+# rule name -> the parameter printed on its points
+PARAM_LABELS = {"frechet": ("rule.delta", "δ"), "threshold": ("rule.tau", "τ"), "factor": ("rule.f", "f")}
 ORACLE = "oracle"
+
+
+def method_name(policy: str, rule: str) -> str:
+    """A run's method label: its rule, or the policy when the policy commits by its own rule (rule none)."""
+    if rule == "none":
+        return policy
+    return rule if policy == "blocks" else f"{policy}+{rule}"
 
 
 def pareto_front(x: np.ndarray, y: np.ndarray, larger_x_better: bool) -> np.ndarray:
@@ -38,12 +45,12 @@ def pareto_front(x: np.ndarray, y: np.ndarray, larger_x_better: bool) -> np.ndar
 
 def run_points(runs: pd.DataFrame) -> pd.DataFrame:
     """One plotting row per run: method, cache, parameter label and the metrics (accuracy in percent)."""
-    needed = ["selector.name", "cache.name", "accuracy", "tokens_per_s", "tokens_per_forward", "nfe_mean"]
+    needed = ["policy.name", "rule.name", "cache.name", "accuracy", "tokens_per_s", "tokens_per_forward", "nfe_mean"]
     missing = [c for c in needed if c not in runs.columns]
     if missing:
         raise ValueError(f"runs lack columns {missing}; expected the runner's runs.csv schema (docs/runner.md)")
     out = pd.DataFrame({
-        "method": runs["selector.name"].astype(str),
+        "method": [method_name(p, r) for p, r in zip(runs["policy.name"].astype(str), runs["rule.name"].astype(str))],
         "cache": runs["cache.name"].astype(str),
         "accuracy": 100.0 * pd.to_numeric(runs["accuracy"]),
         "tokens_per_s": pd.to_numeric(runs["tokens_per_s"]),
@@ -52,7 +59,7 @@ def run_points(runs: pd.DataFrame) -> pd.DataFrame:
     })
     labels = []
     for _, row in runs.iterrows():
-        column, symbol = PARAM_LABELS.get(str(row["selector.name"]), (None, ""))
+        column, symbol = PARAM_LABELS.get(str(row["rule.name"]), (None, ""))
         value = row.get(column, "") if column else ""
         labels.append(f"{symbol}={float(value):g}" if column and str(value) not in ("", "nan") else "")
     out["label"] = labels
@@ -105,7 +112,7 @@ def plot_frontiers(
         raise ValueError("nothing to plot: no runs and no published points")
     methods = sorted(m for m in points["method"].unique() if m != ORACLE)
     colours = {m: plt.get_cmap("tab10")(i % 10) for i, m in enumerate(methods)}
-    markers = {"none": "o", "prefix": "s", "dual": "D", "dllm_cache": "^"}
+    markers = {"none": "o", "prefix": "s", "dual": "D", "dllm": "^"}
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
     for ax, (column, xlabel, larger_better) in zip(axes, AXES.values()):
         for method in methods:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
-from hydra.errors import MissingConfigException
+from hydra.errors import ConfigCompositionException, MissingConfigException
 
 from dllm_bench.runner.config import CONF_DIR
 from dllm_bench.runner.validate import ConfigError, validate_config
@@ -35,82 +35,125 @@ def rejects(overrides: list[str], *extra: str, match: str) -> None:
 
 def test_defaults_are_valid(llada_overrides):
     c = check(llada_overrides)
-    assert c["task"]["name"] == "sudoku" and c["selector"]["name"] == "threshold"
+    assert c["task"]["name"] == "sudoku" and c["policy"]["name"] == "blocks" and c["rule"]["name"] == "threshold"
 
 
 def test_unknown_group_option_lists_choices():
     with pytest.raises(MissingConfigException) as err:
-        compose_config("selector=bogus")
-    assert "frechet" in str(err.value.options) and "slowfast_paper" in str(err.value.options)
+        compose_config("rule=bogus")
+    assert "frechet" in str(err.value.options) and "none" in str(err.value.options)
+    with pytest.raises(MissingConfigException) as err:
+        compose_config("policy=bogus")
+    assert "slowfast_paper" in str(err.value.options) and "dream_threshold" in str(err.value.options)
 
 
-def test_unknown_selector_name_lists_known_names(llada_overrides):
-    rejects(llada_overrides, "selector.name=bogus", match=r"selector\.name='bogus'.*'frechet'")
+def test_old_selector_group_is_gone(llada_overrides):
+    with pytest.raises(ConfigCompositionException, match="selector"):
+        compose_config("selector=frechet")
+    rejects(llada_overrides, "+selector=frechet", match=r"unknown key 'selector' at the top level")
+
+
+def test_unknown_rule_name_lists_known_names(llada_overrides):
+    rejects(llada_overrides, "rule.name=bogus", match=r"rule\.name='bogus'.*'frechet'.*'none'")
+
+
+# ---- strict keys: every group and the top level, including `+key=` appends and keys of another option
+
+@pytest.mark.parametrize("extra, match", [
+    (["+selectr=frechet"], r"unknown key 'selectr' at the top level; allowed: .*block_length.*rule"),
+    (["+steps=24"], r"unknown key 'steps' at the top level"),
+    (["+compat.factor_rule=code"], r"unknown key 'compat' at the top level"),
+    (["+model.revision=main"], r"unknown key 'revision' in group 'model'; allowed: chat, device"),
+    (["+task.shots=3"], r"task='sudoku'.*shots.*allowed: .*num_fewshot"),
+    (["+cache.layer0_always=false"], r"unknown key 'layer0_always' for cache 'none'; allowed: name$"),
+    (["cache=prefix", "+cache.verify_ratio=0.5"],
+     r"unknown key 'verify_ratio' for cache 'prefix'; allowed: compat_first_token, name, refresh_every"),
+    (["cache=dllm", "+cache.refresh_interval=4"], r"unknown key 'refresh_interval' for cache 'dllm'.*layer0_always"),
+    (["rule=factor", "+rule.tau=0.5"], r"unknown key 'tau' for rule 'factor'; allowed: compat, f, name"),
+    (["rule=none", "+rule.tau=0.5"], r"unknown key 'tau' for rule 'none'; allowed: name"),
+    (["+policy.tau_high=0.5"], r"unknown key 'tau_high' for policy 'blocks'; allowed: name, steps"),
+    (["policy=slowfast_code", "+policy.window=3"], r"unknown key 'window' for policy 'slowfast'.*stability_window"),
+])
+def test_unknown_key_is_refused_naming_the_allowed_keys(llada_overrides, extra, match):
+    rejects(llada_overrides, *extra, match=match)
 
 
 @pytest.mark.parametrize("delta", ["1.0", "-0.1", "1.5"])
 def test_delta_outside_unit_interval(llada_overrides, delta):
-    rejects(llada_overrides, "selector=frechet", f"selector.delta={delta}", match=r"selector\.delta=.*\[0, 1\)")
+    rejects(llada_overrides, "rule=frechet", f"rule.delta={delta}", match=r"rule=frechet.*delta must be in \[0, 1\)")
 
 
 def test_delta_zero_allowed(llada_overrides):
-    assert check(llada_overrides, "selector=frechet", "selector.delta=0.0")["selector"]["delta"] == 0.0
+    assert check(llada_overrides, "rule=frechet", "rule.delta=0.0")["rule"]["delta"] == 0.0
 
 
 @pytest.mark.parametrize("tau", ["0.0", "1.01", "-1"])
 def test_tau_outside_half_open_interval(llada_overrides, tau):
-    rejects(llada_overrides, "selector=threshold", f"selector.tau={tau}", match=r"selector\.tau=.*\(0, 1\]")
+    rejects(llada_overrides, "rule=threshold", f"rule.tau={tau}", match=r"threshold tau must be in \(0, 1\]")
 
 
 def test_tau_one_allowed(llada_overrides):
-    check(llada_overrides, "selector.tau=1.0")
+    check(llada_overrides, "rule.tau=1.0")
 
 
 @pytest.mark.parametrize("f", ["0", "-0.5"])
 def test_factor_not_positive(llada_overrides, f):
-    rejects(llada_overrides, "selector=factor", f"selector.f={f}", match=r"selector\.f=.*> 0")
+    rejects(llada_overrides, "rule=factor", f"rule.f={f}", match=r"factor f must be > 0")
+
+
+@pytest.mark.parametrize("extra, match", [
+    (["cache=dllm", "cache.prompt_interval=0"], r"cache=dllm: dllm prompt_interval and response_interval must be >= 1"),
+    (["cache=dllm", "cache.verify_ratio=1.5"], r"verify_ratio must be in \[0, 1\]"),
+    (["cache=prefix", "cache.refresh_every=0"], r"prefix refresh_every must be >= 1 or None"),
+    (["rule=topk", "rule.remasking=sideways", "policy.steps=24"], r"topk remasking 'sideways' is not one of"),
+    (["policy=slowfast_code", "policy.tau_high=2"], r"slowfast tau_high must be in \[0, 1\]"),
+    (["policy=slowfast_code", "policy.variant=gpt"], r"slowfast variant 'gpt' is not one of"),
+])
+def test_builder_range_checks_are_config_errors(llada_overrides, extra, match):
+    rejects(llada_overrides, *extra, match=match)
 
 
 def test_gen_length_not_multiple_of_block(llada_overrides):
-    rejects(llada_overrides, "gen_length=24", "block_length=16", match=r"gen_length=24.*multiple of block_length=16")
+    rejects(llada_overrides, "gen_length=24", "block_length=16", match=r"gen_length 24 is not a multiple of block_length 16")
 
 
 def test_fixed_steps_not_divisible_by_blocks(llada_overrides):
-    rejects(llada_overrides, "selector=topk", "gen_length=24", "block_length=8", "steps=10",
-            match=r"steps=10.*divisible by the number of blocks 3")
+    rejects(llada_overrides, "rule=topk", "gen_length=24", "block_length=8", "policy.steps=10",
+            match=r"steps 10 is not divisible by the number of blocks 3")
 
 
-def test_fixed_step_selector_needs_steps(llada_overrides):
-    rejects(llada_overrides, "selector=topk", match=r"steps=None.*'topk' needs a fixed number of steps")
+def test_fixed_step_rule_needs_steps(llada_overrides):
+    rejects(llada_overrides, "rule=topk", match=r"rule 'topk' needs a fixed-step schedule")
 
 
-def test_incompatible_selector_and_cache(llada_overrides):
-    rejects(llada_overrides, "selector=slowfast_paper", "cache=dual", "compat.slowfast_truncate=true",
-            match=r"compat\.slowfast_truncate=True.*slowfast with cache none")
+def test_truncated_fast_phase_with_a_cache(llada_overrides):
+    rejects(llada_overrides, "policy=slowfast_paper", "cache=dual", "policy.truncate_fast=true",
+            match=r"truncate_fast .*runs only without a cache, got 'dual'")
 
 
 def test_guidance_needs_no_cache(llada_overrides):
-    rejects(llada_overrides, "cfg_scale=1.0", "cache=prefix", match=r"cfg_scale=1\.0.*cache=none")
+    rejects(llada_overrides, "cfg_scale=1.0", "cache=prefix", match=r"guidance runs only without a cache, got cache 'prefix'")
 
 
-def test_adaptive_selector_rejects_fixed_steps(llada_overrides):
-    rejects(llada_overrides, "selector=frechet", "steps=24", match=r"steps=24.*adaptive")
+def test_adaptive_rule_rejects_fixed_steps(llada_overrides):
+    rejects(llada_overrides, "rule=frechet", "policy.steps=24", match=r"rule 'frechet' is adaptive.*steps=None")
 
 
-def test_dream_algorithm_has_no_blocks(tiny_dream_dir):
-    rejects([f"model.name_or_path={tiny_dream_dir}", "model=tiny_dream", "selector=dream_entropy", "steps=24"],
-            match=r"block_length=8.*equal gen_length=24")
-    rejects([f"model.name_or_path={tiny_dream_dir}", "model=tiny_dream", "selector=slowfast_dream"],
-            match=r"block_length=8.*'slowfast \(variant dream\)'.*equal gen_length=24")
+def test_dream_policy_has_no_blocks(tiny_dream_dir):
+    rejects([f"model.name_or_path={tiny_dream_dir}", "model=tiny_dream", "policy=dream", "policy.alg=entropy",
+             "policy.steps=24"], match=r"policy 'dream' has no blocks: block_length 8 must equal gen_length 24")
+    rejects([f"model.name_or_path={tiny_dream_dir}", "model=tiny_dream", "policy=slowfast_dream"],
+            match=r"slowfast variant 'dream' has no blocks: block_length 8 must equal gen_length")
 
 
-def test_unknown_compat_switch(llada_overrides):
-    rejects(llada_overrides, "+compat.magic=true", match=r"compat='magic'.*'factor_rule'")
+def test_dream_policy_needs_steps(tiny_dream_dir):
+    rejects([f"model.name_or_path={tiny_dream_dir}", "model=tiny_dream", "policy=dream", "block_length=24"],
+            match=r"dream steps must be an integer >= 1")
 
 
-def test_dream_algorithm_on_llada_model(llada_overrides):
-    rejects(llada_overrides, "selector=dream_entropy", "steps=24",
-            match=r"model\.flavour='llada'.*'dream' runs on dream")
+def test_dream_policy_on_llada_model(llada_overrides):
+    rejects(llada_overrides, "policy=dream", "policy.steps=24", "block_length=24",
+            match=r"model\.flavour='llada'.*policy 'dream' runs on dream")
 
 
 def test_flavour_must_match_checkpoint(tiny_dream_dir, tmp_path):
@@ -133,10 +176,6 @@ def test_model_dir_without_config(tmp_path):
 
 def test_missing_data_file(llada_overrides, tmp_path):
     rejects(llada_overrides, f"task.data_files={tmp_path / 'nope.jsonl'}", match=r"task\.data_files=.*nope\.jsonl")
-
-
-def test_unknown_task_option_is_named(llada_overrides):
-    rejects(llada_overrides, "+task.shots=3", match=r"task='sudoku'.*shots")
 
 
 def test_bad_count_rule_lists_choices(llada_overrides):
