@@ -36,20 +36,20 @@ def run_dir(out: Path, name: str) -> Path:
 
 
 def test_layout_and_rerun_skips_finished(compose_cfg, llada_overrides, tmp_path):
-    cfg = compose_cfg(*llada_overrides, "name=layout", "limit=6", "batch_size=4", "trace=true", "selector=frechet",
+    cfg = compose_cfg(*llada_overrides, "name=layout", "limit=6", "batch_size=4", "trace=true", "rule=frechet",
                   "cache=dual")
     row = execute(cfg)
     d = run_dir(tmp_path / "results", "layout")
-    assert d.name == row["run_id"] and d.name.startswith("frechet-dual-")
+    assert d.name == row["run_id"] and d.name.startswith("blocks-frechet-dual-")
     rows = read_jsonl(d / "samples.jsonl")
     assert [r["doc_index"] for r in rows] == list(range(6))
     assert {"sample_id", "prompt", "completion", "extracted", "gold", "correct", "nfe", "steps", "tokens_cut",
             "tokens_nonstop", "tokens_canvas", "tokens_all", "tokens_per_forward", "wall_time_s"} <= set(rows[0])
     assert all(r["nfe"] >= 1 and r["tokens_all"] == 24 for r in rows)
     assert row["n_samples"] == 6 and row["nfe_total"] == sum(r["nfe"] for r in rows)
-    assert row["selector.delta"] == 0.25 and row["cache.name"] == "dual"
+    assert row["rule.delta"] == 0.25 and row["cache.name"] == "dual"
     info = json.loads((d / "run.json").read_text())
-    assert info["config"]["selector"]["delta"] == 0.25 and info["environment"]["versions"]["torch"]
+    assert info["config"]["rule"]["delta"] == 0.25 and info["environment"]["versions"]["torch"]
     assert {"git_commit", "torch_cuda", "python"} <= set(info["environment"]) and info["device_name"]
     traces = read_jsonl(d / "traces.jsonl")
     assert len(traces) == 6 and sum(len(t["steps"]) for t in traces[:1]) == rows[0]["steps"]
@@ -63,7 +63,7 @@ def test_layout_and_rerun_skips_finished(compose_cfg, llada_overrides, tmp_path)
 
 
 def test_sigkill_then_resume_gives_the_same_summary(compose_cfg, llada_overrides, tmp_path):
-    common = [*llada_overrides, "limit=16", "batch_size=2", "selector=threshold", "selector.tau=0.5", "warmup=0"]
+    common = [*llada_overrides, "limit=16", "batch_size=2", "rule=threshold", "rule.tau=0.5", "warmup=0"]
     full = execute(compose_cfg(*common, "name=full"))
 
     killed_cfg = compose_cfg(*common, "name=killed")
@@ -87,12 +87,12 @@ def test_sigkill_then_resume_gives_the_same_summary(compose_cfg, llada_overrides
     assert stable_rows(d / "samples.jsonl") == stable_rows(run_dir(tmp_path / "results", "full") / "samples.jsonl")
 
 
-@pytest.mark.parametrize("selector", ["oracle", "topk"])
-def test_fixed_and_oracle_selectors_run(compose_cfg, llada_overrides, selector):
-    extra = ["steps=24"] if selector == "topk" else []
-    row = execute(compose_cfg(*llada_overrides, f"selector={selector}", *extra, "limit=2", "batch_size=2", "warmup=0"))
+@pytest.mark.parametrize("rule", ["oracle", "topk"])
+def test_fixed_and_oracle_rules_run(compose_cfg, llada_overrides, rule):
+    extra = ["policy.steps=24"] if rule == "topk" else []
+    row = execute(compose_cfg(*llada_overrides, f"rule={rule}", *extra, "limit=2", "batch_size=2", "warmup=0"))
     assert row["n_samples"] == 2 and row["nfe_mean"] >= 1
-    if selector == "topk":
+    if rule == "topk":
         assert row["nfe_mean"] == 24
 
 
@@ -110,7 +110,7 @@ def _rank_main(cfg, rank: int, port: int) -> None:
 
 
 def test_two_gloo_processes_equal_one_process(compose_cfg, llada_overrides, tmp_path):
-    common = [*llada_overrides, "limit=7", "batch_size=2", "selector=factor", "selector.f=1.0", "cache=prefix",
+    common = [*llada_overrides, "limit=7", "batch_size=2", "rule=factor", "rule.f=1.0", "cache=prefix",
               "warmup=0"]
     single = execute(compose_cfg(*common, "name=single"))
     cfg = compose_cfg(*common, "name=parallel")
@@ -134,14 +134,15 @@ def test_two_gloo_processes_equal_one_process(compose_cfg, llada_overrides, tmp_
     assert stable_summary(parallel_row) == stable_summary({k: single[k] for k in parallel_row})
 
 
-@pytest.mark.parametrize("selector", [["selector=dream_entropy", "steps=12"], ["selector=slowfast_dream"]])
-def test_dream_model_runs(compose_cfg, tiny_dream_dir, tmp_path, selector):
+@pytest.mark.parametrize("decoding", [["policy=dream", "policy.alg=entropy", "policy.steps=12"],
+                                      ["policy=slowfast_dream"]])
+def test_dream_model_runs(compose_cfg, tiny_dream_dir, tmp_path, decoding):
     cfg = compose_cfg("model=tiny_dream", f"model.name_or_path={tiny_dream_dir}", f"output_dir={tmp_path}",
                       "progress=false", "num_threads=1", "block_length=24", "limit=2", "batch_size=2", "warmup=0",
-                      *selector)
+                      *decoding)
     row = execute(cfg)
     assert row["n_samples"] == 2 and row["model.flavour"] == "dream"
-    if "steps=12" in selector:
+    if "policy.steps=12" in decoding:
         assert row["nfe_mean"] == 12
 
 

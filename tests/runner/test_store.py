@@ -43,14 +43,14 @@ def test_merge_folds_rank_files_in_document_order_without_duplicates(tmp_path):
 def test_runs_csv_upsert_replaces_same_run_and_unions_columns(tmp_path):
     a = ResultsStore(tmp_path, "exp", "run-a")
     b = ResultsStore(tmp_path, "exp", "run-b")
-    a.upsert_runs_csv({"run_id": "run-a", "selector.tau": 0.9, "accuracy": 0.5})
-    b.upsert_runs_csv({"run_id": "run-b", "selector.delta": 0.2, "accuracy": 0.7})
-    a.upsert_runs_csv({"run_id": "run-a", "selector.tau": 0.9, "accuracy": 0.6})
+    a.upsert_runs_csv({"run_id": "run-a", "rule.tau": 0.9, "accuracy": 0.5})
+    b.upsert_runs_csv({"run_id": "run-b", "rule.delta": 0.2, "accuracy": 0.7})
+    a.upsert_runs_csv({"run_id": "run-a", "rule.tau": 0.9, "accuracy": 0.6})
     with open(a.runs_csv) as f:
         rows = list(csv.DictReader(f))
     assert [r["run_id"] for r in rows] == ["run-b", "run-a"]
-    assert rows[1]["accuracy"] == "0.6" and rows[1]["selector.delta"] == ""
-    assert set(rows[0]) == {"run_id", "selector.tau", "selector.delta", "accuracy"}
+    assert rows[1]["accuracy"] == "0.6" and rows[1]["rule.delta"] == ""
+    assert set(rows[0]) == {"run_id", "rule.tau", "rule.delta", "accuracy"}
 
 
 def test_wilson_interval_known_values():
@@ -71,13 +71,14 @@ def test_summary_counts_by_rule():
 
 def test_run_id_ignores_bookkeeping_keys_only():
     base = {"name": "a", "output_dir": "x", "limit": 5, "offset": 0, "progress": True, "trace": False,
-            "warmup": 1, "gen_length": 24, "selector": {"name": "frechet", "delta": 0.2},
+            "warmup": 1, "gen_length": 24, "policy": {"name": "blocks", "steps": None},
+            "rule": {"name": "frechet", "delta": 0.2},
             "cache": {"name": "dual"}, "model": {"device": "cuda:0"}}
     same = {**base, "name": "b", "output_dir": "y", "limit": None, "offset": 3, "progress": False,
             "trace": True, "warmup": 0, "model": {"device": "cuda:3"}}
     assert compute_run_id(base) == compute_run_id(same)
-    assert compute_run_id(base).startswith("frechet-dual-")
-    assert compute_run_id(base) != compute_run_id({**base, "selector": {"name": "frechet", "delta": 0.3}})
+    assert compute_run_id(base).startswith("blocks-frechet-dual-")
+    assert compute_run_id(base) != compute_run_id({**base, "rule": {"name": "frechet", "delta": 0.3}})
     assert compute_run_id(base) != compute_run_id({**base, "gen_length": 32})
     assert compute_run_id(base) != compute_run_id({**base, "model": {"device": "cpu"}})
 
