@@ -66,11 +66,13 @@ def test_presets_match_code_and_paper():
     [
         (("blocks", {}), ("frechet", {}), ("none", {}), 30, 8, "not a multiple of block_length"),
         (("blocks", {"steps": 10}), ("topk", {}), ("none", {}), 32, 8, "not divisible by the number of blocks"),
-        (("blocks", {}), ("topk", {}), ("none", {}), 32, 8, "needs policy 'blocks' with steps"),
+        (("blocks", {}), ("topk", {}), ("none", {}), 32, 8, "needs a fixed-step schedule"),
+        (("blocks", {}), None, ("none", {}), 32, 8, "has no commit rule of its own"),
         (("blocks", {"steps": 8}), ("frechet", {}), ("none", {}), 32, 8, "adaptive"),
-        (("dream", {"steps": 4}), ("frechet", {}), ("none", {}), 32, 32, "selector must be topk or None"),
+        (("dream", {"steps": 4}), ("frechet", {}), ("none", {}), 32, 32, "rule must be none"),
+        (("dream", {"steps": 4}), ("topk", {}), ("none", {}), 32, 32, "rule must be none"),
         (("dream", {"steps": 4}), None, ("none", {}), 32, 8, "no blocks"),
-        (("slowfast", {}), ("frechet", {}), ("none", {}), 32, 32, "selector must be None"),
+        (("slowfast", {}), ("topk", {}), ("none", {}), 32, 32, "adaptive rule for its fast phase"),
         (("slowfast", {"truncate_fast": True}), None, ("dual", {}), 32, 32, "only without a cache"),
     ],
 )
