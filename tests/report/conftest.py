@@ -52,18 +52,18 @@ def write_runs(path: Path, table: str, runs: list[tuple[dict[str, Any], dict[str
     return path
 
 
-# Fast-dLLM++ Table 5 fixture: layout key = (num_fewshot, cache, method).
+# Fast-dLLM++ Table 5 fixture: layout key = (row label, column label) as conf/table/fast_dllm_pp_t5.yaml prints them.
 T5_RUNS = [
     # one run: 235/300 correct, 28000 tokens in 1000 s, 12000 forwards
-    (("5", "none", "threshold"), {}, summary(300, 235, 12000, 28000, 1000.0)),
+    (("5-shot, No cache", "Threshold"), {}, summary(300, 235, 12000, 28000, 1000.0)),
     # two seeds of the same setting: pooled 470/600, tok/s 30 and 34
-    (("5", "prefix", "frechet"), {"seed": 0}, summary(300, 236, 7000, 30000, 1000.0)),
-    (("5", "prefix", "frechet"), {"seed": 1}, summary(300, 234, 7100, 34000, 1000.0)),
+    (("5-shot, PrefixCache", "Fréchet"), {"seed": 0}, summary(300, 236, 7000, 30000, 1000.0)),
+    (("5-shot, PrefixCache", "Fréchet"), {"seed": 1}, summary(300, 234, 7100, 34000, 1000.0)),
     # two shards (offset 0 and 150) of one run: summed to 230/300
-    (("8", "dual", "factor"), {"offset": 0, "limit": 150}, summary(150, 116, 4000, 15000, 400.0)),
-    (("8", "dual", "factor"), {"offset": 150, "limit": 150}, summary(150, 114, 4100, 15500, 420.0)),
+    (("8-shot, DualCache", "Factor"), {"offset": 0, "limit": 150}, summary(150, 116, 4000, 15000, 400.0)),
+    (("8-shot, DualCache", "Factor"), {"offset": 150, "limit": 150}, summary(150, 114, 4100, 15500, 420.0)),
     # a different delta: must NOT fill the delta=0.25 cell
-    (("5", "none", "frechet"), {"selector.delta": 0.3}, summary(300, 200, 9000, 27000, 900.0)),
+    (("5-shot, No cache", "Fréchet"), {"rule.delta": 0.3}, summary(300, 200, 9000, 27000, 900.0)),
 ]
 
 

@@ -34,8 +34,8 @@ def test_notebook_executes_on_results(tmp_path, monkeypatch):
     (results / "demo" / "frechet-none-e").mkdir()
     (results / "demo" / "frechet-none-e" / "traces.jsonl").write_text(json.dumps(trace) + "\n")
     write_runs(results / "tiny_table" / "runs.csv", "tiny", [
-        (("frechet", "none"), {}, summary(200, 183, 1420, 3400, 3.15)),
-        (("factor", "none"), {}, summary(200, 181, 1560, 3400, 3.43)),
+        (("Fréchet delta=0.25", "No cache"), {}, summary(200, 183, 1420, 3400, 3.15)),
+        (("Factor f=0.75", "No cache"), {}, summary(200, 181, 1560, 3400, 3.43)),
     ])
     monkeypatch.setenv("DLLM_BENCH_RESULTS", str(results))
     monkeypatch.setenv("DLLM_BENCH_PLOTS", str(tmp_path / "plots"))

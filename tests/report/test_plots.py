@@ -23,7 +23,7 @@ def test_pareto_front_keeps_only_non_dominated_points():
     assert pareto_front(x, y, larger_x_better=False).tolist() == [0]        # smallest x also most accurate
 
 
-def test_run_points_label_each_selector_parameter():
+def test_run_points_label_each_rule_parameter():
     points = run_points(read_runs([DEMO]))
     labels = dict(zip(points["method"] + points["label"], points["label"]))
     assert {"thresholdτ=0.9", "thresholdτ=0.7", "factorf=0.75", "frechetδ=0.25", "frechetδ=0.1"} <= set(labels)

@@ -33,5 +33,5 @@ def test_printed_commands_compose_to_the_cells_config():
 
 
 def test_a_cell_the_harness_cannot_run_says_why():
-    llama = [c for c in table_cells(TABLES["slowfast_t4"]) if c.published["model"] == "LLaMA3-8B"]
+    llama = [c for c in table_cells(TABLES["slowfast_t4"]) if c.published and c.published["model"] == "LLaMA3-8B"]
     assert len(llama) == 1 and "not a diffusion model" in llama[0].unavailable and not llama[0].overrides

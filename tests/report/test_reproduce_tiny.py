@@ -22,13 +22,13 @@ def test_tiny_cell_runs_through_the_runner_and_fills_its_cell(tmp_path, load_scr
     spec = get_table("tiny")
     results_dir = tmp_path / "results"
     before = {r.cell.layout: r for r in resolve_table(spec, pd.DataFrame(), extra=extra)}
-    cell = before[(("frechet",), ("none",))]
+    cell = before[(("Fréchet delta=0.25",), ("No cache",))]
     assert cell.status == "missing" and "model.name_or_path=" in cell.command
 
     assert script.run_cell(spec, cell, results_dir, limit=4)
 
     after = {r.cell.layout: r for r in resolve_table(spec, read_runs(find_runs_csv(results_dir)), extra=extra)}
-    filled = after[(("frechet",), ("none",))]
+    filled = after[(("Fréchet delta=0.25",), ("No cache",))]
     assert filled.status == "ok" and filled.aggregate.n_samples == 4
     assert sum(r.status == "ok" for r in after.values()) == 1
     row = read_runs(find_runs_csv(results_dir)).iloc[0]
@@ -42,9 +42,9 @@ def test_tiny_cell_runs_through_the_runner_and_fills_its_cell(tmp_path, load_scr
     for weights in Path(checkpoint).glob("*.safetensors"):
         os.utime(weights, (later, later))
     touched = {r.cell.layout: r for r in resolve_table(spec, read_runs(find_runs_csv(results_dir)), extra=extra)}
-    assert touched[(("frechet",), ("none",))].status == "ok"
+    assert touched[(("Fréchet delta=0.25",), ("No cache",))].status == "ok"
     # retrained weights: the old run must not fill the cell
     make_random_checkpoint(checkpoint, "llada", seed=1)
     stale = {r.cell.layout: r for r in resolve_table(spec, read_runs(find_runs_csv(results_dir)), extra=extra)}
-    assert stale[(("frechet",), ("none",))].status == "unavailable"
-    assert stale[(("frechet",), ("none",))].reason.startswith("stale: these runs used other weights")
+    assert stale[(("Fréchet delta=0.25",), ("No cache",))].status == "unavailable"
+    assert stale[(("Fréchet delta=0.25",), ("No cache",))].reason.startswith("stale: these runs used other weights")
