@@ -246,16 +246,14 @@ def build_cache(name: str, **params) -> Cache:
     return cache
 
 
-def builder_parameters(kind: str, name: str) -> tuple[str, ...]:
-    """Parameter names ``build_<kind>(name, ...)`` accepts (kind: selector, policy, cache); () for unknown names.
+def builder_parameters(kind: str, name: str) -> tuple[str, ...] | None:
+    """Parameter names ``build_<kind>(name, ...)`` accepts (kind: selector, policy, cache); None for unknown names.
 
     The runner's config groups use exactly these names as keys (docs/runner.md).
     """
     registry = {"selector": SELECTORS, "policy": POLICY_CLASSES, "cache": CACHES}[kind]
     cls = registry.get(name)
-    if cls is None:
-        return ()
-    return init_fields(cls)
+    return None if cls is None else init_fields(cls)
 
 
 def check_combination(

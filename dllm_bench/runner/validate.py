@@ -79,7 +79,7 @@ def check_keys(c: dict[str, Any]) -> None:
     for group, kind, names in DECODING_GROUPS:
         name = c[group].get("name")
         _choice(f"{group}.name", name, names)
-        _unknown(f"for {group} {name!r}", c[group], ("name", *builder_parameters(kind, name)))
+        _unknown(f"for {group} {name!r}", c[group], ("name", *(builder_parameters(kind, name) or ())))
 
 
 def _validate_decoding(c: dict[str, Any]) -> None:
