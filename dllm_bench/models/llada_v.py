@@ -128,7 +128,7 @@ def language_config(raw: dict[str, Any], name_or_path: str = "") -> ModelConfig:
 
 def forbidden_token_ids(tokenizer: Any) -> tuple[int, ...]:
     """Ids of :data:`FORBIDDEN_TOKENS` in this tokenizer (126080, 126081, 126346, 126347 for LLaDA's)."""
-    from .loading import token_ids
+    from .checkpoint import token_ids
 
     return token_ids(tokenizer, FORBIDDEN_TOKENS, f"LLaDA-V's forbidden tokens {FORBIDDEN_TOKENS}")
 
@@ -463,7 +463,7 @@ def load_llada_v(
     ``device="meta"`` builds the architecture only. Tensor names and shapes are checked from the safetensors
     headers before any weight is read.
     """
-    from .loading import (
+    from .checkpoint import (
         _fill_special_ids,
         _read_tensors,
         checkpoint_tensors,

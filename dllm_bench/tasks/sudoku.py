@@ -12,7 +12,7 @@ import numpy as np
 
 from dllm_bench.tasks.base import Score, Task
 from dllm_bench.tasks.data import read_rows
-from dllm_bench.tiny.sudoku_puzzles import (
+from dllm_bench.tasks.sudoku_puzzles import (
     CELLS,
     DIGITS,
     ROW_SEPARATOR,

@@ -25,9 +25,7 @@ import torch
 
 from dllm_bench.decoding.selectors import factor_commit_mask, frechet_commit_mask, threshold_commit_mask
 from dllm_bench.models import load_model
-from dllm_bench.tiny.encoding import DEFAULT_GEN_LENGTH, cell_digits, encode_batch, posterior_answer_targets
-from dllm_bench.tiny.objective import mask_answers
-from dllm_bench.tiny.sudoku_puzzles import (
+from dllm_bench.tasks.sudoku_puzzles import (
     CELLS,
     agreeing_grids,
     completion_marginals,
@@ -35,6 +33,8 @@ from dllm_bench.tiny.sudoku_puzzles import (
     parse_puzzle,
     puzzle_stream,
 )
+from dllm_bench.tiny.encoding import DEFAULT_GEN_LENGTH, cell_digits, encode_batch, posterior_answer_targets
+from dllm_bench.tiny.objective import mask_answers
 
 BINS = (0.0, 0.5, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0 + 1e-9)
 RULES = {"frechet": frechet_commit_mask, "factor": factor_commit_mask, "threshold": threshold_commit_mask}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from dllm_bench.tiny.sudoku_puzzles import (
+from dllm_bench.tasks.sudoku_puzzles import (
     BLANK,
     CELLS,
     DIGITS,

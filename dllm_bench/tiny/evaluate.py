@@ -25,6 +25,7 @@ from dllm_bench.decoding import build_cache, build_policy, build_selector, check
 from dllm_bench.models import load_model
 from dllm_bench.tasks.sudoku import SudokuTask
 from dllm_bench.tiny.encoding import DEFAULT_GEN_LENGTH, encode_batch
+from dllm_bench.tiny.results import results_table
 
 
 @dataclass(frozen=True)
@@ -123,23 +124,6 @@ def evaluate_checkpoint(checkpoint: Path, *, limit: int, gen_length: int, block_
         "machine": f"{platform.machine()} CPU, {threads} thread(s)", "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
         "results": results,
     }
-
-
-def results_table(doc: dict) -> str:
-    """Markdown table of one results document."""
-    lines = [
-        "| decoding | cache | solved % | valid grid % | mean NFE | tokens/forward | tokens/s |",
-        "|---|---|---:|---:|---:|---:|---:|",
-    ]
-    for r in doc["results"]:
-        if "skipped" in r:
-            lines.append(f"| {r['label']} | {r['cache']} | n/a: {r['skipped']} | | | | |")
-            continue
-        lines.append(
-            f"| {r['label']} | {r['cache']} | {100 * r['accuracy']:.1f} | {100 * r['valid_grid']:.1f} | "
-            f"{r['mean_nfe']:.2f} | {r['tokens_per_forward']:.2f} | {r['tokens_per_s']:.0f} |"
-        )
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dllm_bench.tiny.evaluate import results_table
-from dllm_bench.tiny.sudoku_puzzles import load_test_set
+from dllm_bench.tasks.sudoku_puzzles import load_test_set
+from dllm_bench.tiny.results import results_table
 
 SEQUENTIAL = "sequential (top-1, one token per step)"
 BAR = {"llada": 0.90, "dream": 0.80}  # issue 8: sequential solved-rate bar per flavour
@@ -151,7 +151,7 @@ def render_model_card(directory: Path) -> str:
         f"special tokens for mask, EOS/pad, BOS and the chat headers; chat template {template}.",
         "",
         "## Task",
-        "4×4 Sudoku (`dllm_bench/tiny/sudoku_puzzles.py`, task `sudoku` in `dllm_bench/tasks/sudoku.py`). "
+        "4×4 Sudoku (`dllm_bench/tasks/sudoku_puzzles.py`, task `sudoku` in `dllm_bench/tasks/sudoku.py`). "
         "Prompt: the puzzle as four rows of digits and `.` separated by `/` (e.g. `..12/..../2.3./.4..`), "
         f"inside the chat template. Answer: the 16 digits row by row, then {end} up to the answer length. "
         "Puzzles keep 2–6 random clues of a random valid grid, so most have several valid completions "
@@ -160,7 +160,7 @@ def render_model_card(directory: Path) -> str:
         "are near-certain. The 16 answer cells constrain each other: committing two open cells in one step "
         "can break a row, column or box, committing them one at a time cannot. "
         "Train and test puzzles are split by a hash of the puzzle text; the 500 held-out puzzles are "
-        "`dllm_bench/tiny/data/sudoku_test.jsonl`. Scoring: solved = valid grid that keeps every clue "
+        "`dllm_bench/tasks/sudoku_data/sudoku_test.jsonl`. Scoring: solved = valid grid that keeps every clue "
         "(any valid completion counts).",
         "",
         "## Training",

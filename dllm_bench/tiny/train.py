@@ -33,10 +33,10 @@ from pathlib import Path
 import torch
 
 from dllm_bench.models import DiffusionLM
+from dllm_bench.tasks.sudoku_puzzles import PUZZLE_KINDS, load_test_set, puzzle_stream
 from dllm_bench.tiny.encoding import DEFAULT_GEN_LENGTH, encode_batch, posterior_answer_targets
 from dllm_bench.tiny.model_setup import build_tiny_model, build_tiny_tokenizer, save_tiny_checkpoint
 from dllm_bench.tiny.objective import mask_answers, masked_diffusion_loss
-from dllm_bench.tiny.sudoku_puzzles import PUZZLE_KINDS, load_test_set, puzzle_stream
 
 CHECKPOINT_ROOT = Path(__file__).parent / "checkpoints"
 STATE_ROOT = Path("outputs") / "tiny_train"

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
+from dllm_bench.tasks.sudoku_puzzles import CELLS, DIGITS, completion_marginals, load_test_set
 from dllm_bench.tiny.calibration import decoding_state_reliability, reliability, training_state_reliability
 from dllm_bench.tiny.model_setup import build_tiny_model, build_tiny_tokenizer
-from dllm_bench.tiny.sudoku_puzzles import CELLS, DIGITS, completion_marginals, load_test_set
 
 
 class PosteriorModel(torch.nn.Module):

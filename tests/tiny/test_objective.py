@@ -5,10 +5,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from dllm_bench.tasks.sudoku_puzzles import completions, parse_puzzle
 from dllm_bench.tiny.encoding import encode_batch, posterior_answer_targets
 from dllm_bench.tiny.model_setup import build_tiny_model, build_tiny_tokenizer
 from dllm_bench.tiny.objective import mask_answers, masked_diffusion_loss
-from dllm_bench.tiny.sudoku_puzzles import completions, parse_puzzle
 
 
 def test_mask_answers_masks_at_rate_p_and_only_with_the_mask_id():

@@ -5,7 +5,7 @@ import random
 import numpy as np
 import pytest
 
-from dllm_bench.tiny import sudoku_puzzles as sp
+from dllm_bench.tasks import sudoku_puzzles as sp
 
 
 def test_there_are_288_distinct_valid_grids():

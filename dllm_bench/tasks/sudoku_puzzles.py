@@ -31,7 +31,7 @@ CLUE_COUNTS = (2, 3, 4, 5, 6)  # clues kept per puzzle, drawn uniformly
 TEST_BUCKETS = 8  # a puzzle is held out when sha256(puzzle) % TEST_BUCKETS == 0
 TEST_SET_SEED = 20240601
 TEST_SET_SIZE = 500
-TEST_SET_PATH = Path(__file__).parent / "data" / "sudoku_test.jsonl"
+TEST_SET_PATH = Path(__file__).parent / "sudoku_data" / "sudoku_test.jsonl"
 
 # cell index -> (row, column, box) unit ids; box = 2x2 quadrant
 _ROWS = np.arange(CELLS) // SIZE
