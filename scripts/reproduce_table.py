@@ -3,6 +3,7 @@
     python scripts/reproduce_table.py --all                 # every table; tiny cells run on CPU
     python scripts/reproduce_table.py --table fast_dllm_pp_t1 --dry-run   # print the commands only
     python scripts/reproduce_table.py --all --no-run        # build from the runs already on disk
+    python scripts/reproduce_table.py --cells               # what every cell runs (docs/reports.md)
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from dllm_bench.report.tables import TABLES, TableSpec, get_table  # noqa: E402
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    which = parser.add_mutually_exclusive_group(required=True)
+    which = parser.add_mutually_exclusive_group(required="--cells" not in (argv if argv is not None else sys.argv))
     which.add_argument("--table", help=f"one of: {', '.join(TABLES)}")
     which.add_argument("--all", action="store_true", help="every table")
     parser.add_argument("--results-dir", default=str(REPO / "results"), help="where the runner writes runs")
@@ -45,6 +46,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="extra overrides for every cell, e.g. model.name_or_path=/data/LLaDA-8B-Instruct")
     parser.add_argument("--estimate", action="store_true", help="print expected GPU hours per table and exit")
+    parser.add_argument("--cells", action="store_true",
+                        help="print what every paper-table cell runs (the listing in docs/reports.md) and exit")
     args = parser.parse_args(argv)
     if args.table:
         get_table(args.table)  # unknown name: the error lists the known tables
@@ -166,6 +169,11 @@ def print_estimates(specs: list[TableSpec]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.cells:
+        from dllm_bench.report.cells import all_listings
+
+        print(all_listings())
+        return 0
     specs = list(TABLES.values()) if args.all else [get_table(args.table)]
     if args.estimate:
         print_estimates(specs)
