@@ -3,8 +3,8 @@
 Counting rules (every one is a column; ``tokens`` is the headline rule):
 - ``tokens`` (LLaDA evaluation rule): decode the answer, cut at the first stop string, re-tokenize,
   count ids that are not EOS/EoT/pad.
-- ``tokens_non_eos`` (HumanEval rule of the Fast-dLLM scripts): answer ids that are not EOS, no cut.
-- ``tokens_canvas_non_eos`` (Dream scripts): ids that are not EOS over the whole canvas, prompt included.
+- ``tokens_non_eos`` (Fast-dLLM++ HumanEval; Dream cells): answer ids that are not EOS, no cut.
+- ``tokens_canvas_non_eos`` (Fast-dLLM June 2025 HumanEval): ids that are not EOS over prompt + answer.
 - ``tokens_gen_length`` (SlowFast / dLLM-Cache Dream throughput): the full gen_length.
 """
 
