@@ -34,7 +34,7 @@ METHODS = [
     ("factor", "f=1.0", ["rule=factor", "rule.f=1.0"]),
     ("frechet", "delta=0.25", ["rule=frechet", "rule.delta=0.25"]),
     ("frechet", "delta=0.1", ["rule=frechet", "rule.delta=0.1"]),
-    ("slowfast", "code preset", ["policy=slowfast_code"]),
+    ("slowfast", "code preset", ["policy=slowfast_code", "rule=none"]),
     ("oracle", "floor", ["rule=oracle"]),
 ]
 CACHES = ("none", "dual")
