@@ -111,7 +111,7 @@ def sudoku_prompts(model, n: int) -> list[list[int]]:
 @pytest.mark.parametrize("steps,tau,precision", [(3, 0.9, "float64"), (6, 0.5, "model"), (8, 0.9, "model")])
 def test_tiny_dream_checkpoint_matches_the_reference(tiny_dream, steps, tau, precision):
     model = MaskLogitOff(tiny_dream)
-    prompts = sudoku_prompts(tiny_dream, 12)
+    prompts = sudoku_prompts(tiny_dream, 6)
     out = decode(model, prompts, steps, tau, 24, confidence_precision=precision)
     dtype = torch.float64 if precision == "float64" else torch.float32
     for b, prompt in enumerate(prompts):
