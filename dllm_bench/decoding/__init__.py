@@ -17,10 +17,16 @@ from dllm_bench.decoding.config import (
     check_combination,
 )
 from dllm_bench.decoding.engine import GenerationOutput, generate
-from dllm_bench.decoding.policies import SLOWFAST_PRESETS, BlockPolicy, DreamPolicy, SlowFastPolicy
+from dllm_bench.decoding.policies import (
+    SLOWFAST_PRESETS,
+    BlockPolicy,
+    DreamPolicy,
+    DreamThresholdPolicy,
+    SlowFastPolicy,
+)
 
 __all__ = [
-    "BlockPolicy", "DLLMCache", "DreamPolicy", "DualCache", "FactorSelector", "FrechetSelector",
+    "BlockPolicy", "DLLMCache", "DreamPolicy", "DreamThresholdPolicy", "DualCache", "FactorSelector", "FrechetSelector",
     "GenerationOutput", "NoCache", "OracleSelector", "PrefixCache", "SLOWFAST_PRESETS", "SampleRecord",
     "SlowFastPolicy", "StepTrace", "ThresholdSelector", "TopKSelector", "build_cache", "build_policy",
     "build_selector", "check_combination", "count_generated_tokens", "generate",

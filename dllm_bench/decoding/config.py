@@ -14,6 +14,7 @@ from dllm_bench.decoding.policies import (
     SLOWFAST_PRESETS,
     BlockPolicy,
     DreamPolicy,
+    DreamThresholdPolicy,
     SlowFastPolicy,
     StepContext,
 )
@@ -132,13 +133,15 @@ def build_selector(name: str, **params) -> Selector:
 
 # ---------------------------------------------------------------- policies
 
-Policy = BlockPolicy | DreamPolicy | SlowFastPolicy
-POLICY_CLASSES = {"blocks": BlockPolicy, "dream": DreamPolicy, "slowfast": SlowFastPolicy}
+Policy = BlockPolicy | DreamPolicy | DreamThresholdPolicy | SlowFastPolicy
+POLICY_CLASSES = {"blocks": BlockPolicy, "dream": DreamPolicy, "dream_threshold": DreamThresholdPolicy,
+                  "slowfast": SlowFastPolicy}
 POLICIES = tuple(POLICY_CLASSES)
 
 
 def build_policy(name: str, **params) -> Policy:
-    """Policy from a name: blocks (steps=None|int), dream (steps, alg, eps), slowfast (preset=..., overrides)."""
+    """Policy from a name: blocks (steps=None|int), dream (steps, alg, eps), dream_threshold (steps, tau),
+    slowfast (preset=..., overrides)."""
     if name == "blocks":
         _check_params("policy", name, BlockPolicy, params)
         pol = BlockPolicy(**params)
@@ -152,6 +155,14 @@ def build_policy(name: str, **params) -> Policy:
             raise ValueError(f"dream alg {pol.alg!r} is not one of origin, maskgit_plus, topk_margin, entropy")
         if isinstance(pol.steps, bool) or not isinstance(pol.steps, int) or pol.steps < 1:
             raise ValueError(f"dream steps must be an integer >= 1 (Dream runs a fixed number of steps), got {pol.steps}")
+        return pol
+    if name == "dream_threshold":
+        _check_params("policy", name, DreamThresholdPolicy, params)
+        pol = DreamThresholdPolicy(**params)
+        if isinstance(pol.steps, bool) or not isinstance(pol.steps, int) or pol.steps < 1:
+            raise ValueError(f"dream_threshold steps must be an integer >= 1 dividing gen_length, got {pol.steps!r}")
+        if isinstance(pol.tau, bool) or not isinstance(pol.tau, int | float) or not 0 < pol.tau <= 1:
+            raise ValueError(f"dream_threshold tau must be a number in (0, 1], got {pol.tau!r}")
         return pol
     if name == "slowfast":
         preset = params.pop("preset", "code")
@@ -288,6 +299,8 @@ def check_combination(
             )
         if block_length != gen_length:
             raise ValueError(f"policy 'dream' has no blocks: block_length {block_length} must equal gen_length {gen_length}")
+    elif isinstance(policy, DreamThresholdPolicy):
+        _check_dream_threshold(policy, selector, cache, gen_length, block_length, cfg_scale)
     elif isinstance(policy, SlowFastPolicy):
         if selector is not None and not selector.adaptive:
             raise ValueError(
@@ -304,3 +317,24 @@ def check_combination(
         raise ValueError(f"cfg_scale must be >= 0, got {cfg_scale}")
     if cfg_scale > 0 and not isinstance(cache, NoCache):
         raise ValueError(f"classifier-free guidance runs only without a cache, got cache {cache.name!r}")
+
+
+def _check_dream_threshold(policy: DreamThresholdPolicy, selector: Selector | None, cache: Cache, gen_length: int,
+                           block_length: int, cfg_scale: float) -> None:
+    """Refuse what Fast-dLLM's Dream ``confidence_threshold`` loop never ran (its ``generation_utils.py``)."""
+    if selector is not None:
+        raise ValueError(f"policy 'dream_threshold' has its own commit rule (top-1 plus every slot >= tau); "
+                         f"selector must be None, got {selector.name!r}")
+    if block_length != gen_length:
+        raise ValueError(f"policy 'dream_threshold' has no blocks (the published loop decodes the whole answer): "
+                         f"block_length {block_length} must equal gen_length {gen_length}")
+    if gen_length % policy.steps:
+        raise ValueError(f"dream_threshold steps {policy.steps} must divide gen_length {gen_length} "
+                         f"(the published loop asserts it: the per-step quota is gen_length / steps)")
+    if not isinstance(cache, NoCache):
+        raise ValueError(f"policy 'dream_threshold' runs only without a cache, got {cache.name!r}: the published "
+                         f"cached Dream runs are the blocked loop (policy blocks, threshold, prefix/dual cache with "
+                         f"compat_first_token)")
+    if cfg_scale != 0:
+        raise ValueError(f"policy 'dream_threshold' has no classifier-free guidance (Dream's loop has none), "
+                         f"got cfg_scale {cfg_scale}")

@@ -109,12 +109,13 @@ def generate(
         raise ValueError(f"temperature must be >= 0, got {temperature}")
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids must be [B, P], got shape {tuple(input_ids.shape)}")
-    if isinstance(policy, DreamPolicy):
+    if hasattr(policy, "measure"):
         default_measure = policy.measure
     else:
         default_measure = "random" if getattr(selector, "remasking", None) == "random" else "top1_prob"
-    if confidence is not None and isinstance(policy, DreamPolicy) and confidence != default_measure:
-        raise ValueError(f"dream alg {policy.alg!r} uses confidence {default_measure!r}, got {confidence!r}")
+    if confidence is not None and hasattr(policy, "measure") and confidence != default_measure:
+        what = f"dream alg {policy.alg!r}" if isinstance(policy, DreamPolicy) else f"policy {policy.name!r}"
+        raise ValueError(f"{what} uses confidence {default_measure!r}, got {confidence!r}")
     measure = check_measure(confidence or default_measure)
     mask_id = int(_config_value(model, "mask_token_id", mask_token_id))
     stops = list(stop_token_ids) if stop_token_ids is not None else list(getattr(model.config, "stop_token_ids", []) or [])

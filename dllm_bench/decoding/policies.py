@@ -17,7 +17,7 @@ from dllm_bench.decoding.schedules import (
     dream_transfer_probability,
     llada_transfer_counts,
 )
-from dllm_bench.decoding.selectors import topk_commit_mask
+from dllm_bench.decoding.selectors import threshold_count, topk_commit_mask
 
 
 def _span_mask(lo: torch.Tensor, hi: torch.Tensor, length: int) -> torch.Tensor:
@@ -128,6 +128,71 @@ class DreamPolicy:
     def advance(self, state: dict, masked: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
         state["step"] += active.long()
         return state["step"] >= self.steps
+
+
+# ---------------------------------------------------------------- Fast-dLLM's Dream confidence_threshold
+
+
+@dataclass
+class DreamThresholdState:
+    """Per-row slot accounting of ``DreamThresholdPolicy`` (all [B] long tensors).
+
+    A step offers ``quota + carry`` slots to the most confident masked positions; ``unfilled`` (set by
+    ``decide``) is how many of them it left empty, the next step's carry. Invariant: masks left =
+    quota * (planned - step) + carry, so every offered slot holds a masked position and the loop ends with
+    none left.
+    """
+
+    gen_length: int
+    quota: torch.Tensor  # gen_length // steps; 0 once the planned steps are spent
+    carry: torch.Tensor  # slots the previous step left empty
+    step: torch.Tensor  # forwards taken
+    planned: torch.Tensor  # steps, plus one for every overtime step that still left a slot empty
+    unfilled: torch.Tensor  # slots this step leaves empty
+
+
+@dataclass(frozen=True)
+class DreamThresholdPolicy:
+    """Fast-dLLM's Dream ``confidence_threshold``: whole answer, no blocks, a per-step slot budget.
+
+    Step i offers ``gen_length // steps`` slots plus those left empty by step i-1 to the most confident
+    masked positions and fills the top one and every other offered one with confidence >= ``tau``. When the
+    last planned step (or an overtime step) leaves a slot empty the quota drops to 0 and one more step is
+    added, so NFE = steps + overtime steps and nothing stays masked.
+    """
+
+    steps: int
+    tau: float = 0.9
+    name: str = field(default="dream_threshold", init=False)
+    measure = "top1_prob"
+
+    def init_state(self, batch: int, gen_length: int, block_length: int, device: torch.device) -> DreamThresholdState:
+        def full(value: int) -> torch.Tensor:
+            return torch.full((batch,), value, dtype=torch.long, device=device)
+
+        return DreamThresholdState(gen_length, quota=full(gen_length // self.steps), carry=full(0), step=full(0),
+                                   planned=full(self.steps), unfilled=full(0))
+
+    def block(self, state: DreamThresholdState) -> tuple[torch.Tensor, torch.Tensor]:
+        lo = torch.zeros_like(state.step)
+        return lo, lo + state.gen_length
+
+    window = block
+
+    def decide(self, state: DreamThresholdState, ctx: StepContext, selector) -> tuple[torch.Tensor, torch.Tensor]:
+        slots = state.quota + state.carry
+        count = threshold_count(ctx.confidence, ctx.candidates, self.tau).minimum(slots).clamp(min=1)
+        count = count.minimum(ctx.candidates.sum(dim=1))
+        state.unfilled = slots - count
+        return topk_commit_mask(ctx.confidence, ctx.candidates, count), ctx.prediction
+
+    def advance(self, state: DreamThresholdState, masked: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+        overtime = active & (state.step >= state.planned - 1) & (state.unfilled > 0)
+        state.planned = state.planned + overtime.long()
+        state.quota = torch.where(overtime, 0, state.quota)
+        state.carry = torch.where(active, state.unfilled, state.carry)
+        state.step = state.step + active.long()
+        return state.step >= state.planned
 
 
 # ---------------------------------------------------------------- SlowFast sampling
