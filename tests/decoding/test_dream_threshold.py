@@ -27,7 +27,7 @@ from .conftest import left_pad, prompts_for
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_DREAM = ROOT / "dllm_bench" / "tiny" / "checkpoints" / "tiny_dream"
-PUZZLES = ROOT / "dllm_bench" / "tiny" / "data" / "sudoku_test.jsonl"
+PUZZLES = ROOT / "dllm_bench" / "tasks" / "sudoku_data" / "sudoku_test.jsonl"
 GOLDEN = ROOT / "tests" / "fixtures" / "dream_threshold_published.json"
 
 
