@@ -172,7 +172,7 @@ def _root_view(roots: list[str], restore_modes: bool) -> list[str]:
     return opts
 
 
-def _sandbox_argv(host_uid: int | None, site_packages: bool, work_mb: int) -> list[str]:
+def _sandbox_argv(host_uid: int | None, site_packages: bool, work_mb: int, info_fd: int | None = None) -> list[str]:
     """The command prefix that runs a program under bwrap; as root, a first bwrap (mount view only) drops to
     `host_uid` with setpriv so the second, unprivileged bwrap can traverse a prefix under a 0700 home."""
     bwrap = shutil.which("bwrap") or "/usr/bin/bwrap"
@@ -185,6 +185,7 @@ def _sandbox_argv(host_uid: int | None, site_packages: bool, work_mb: int) -> li
         "--proc", "/proc", "--dev", "/dev", "--size", str(work_mb << 20), "--tmpfs", WORKDIR,
         *([] if any(r.startswith("/tmp/") for r in roots) else ["--symlink", WORKDIR, "/tmp"]),
         "--chdir", WORKDIR, "--remount-ro", "/",
+        *([] if info_fd is None else ["--info-fd", str(info_fd)]),
     ]
     if host_uid is None:
         return inner
@@ -308,8 +309,10 @@ def execute(program: str, timeout_s: float = 10.0, limits: Limits | None = None,
     read_fd, write_fd = os.pipe()
     nonce = secrets.token_hex(NONCE_BYTES // 2).encode()
     popen_kw: dict = {}
+    info_read, info_write = os.pipe()
     if isolation == FULL:
-        prefix, env, cwd = _sandbox_argv(host_uid, limits.site_packages, 4 * limits.file_mb), _scrubbed_env(WORKDIR), "/"
+        prefix = _sandbox_argv(host_uid, limits.site_packages, 4 * limits.file_mb, info_write)
+        env, cwd = _scrubbed_env(WORKDIR), "/"
     else:
         prefix, env, cwd = [], _scrubbed_env(str(root / "work")), str(root / "work")
         (root / "work").mkdir()
@@ -320,6 +323,7 @@ def execute(program: str, timeout_s: float = 10.0, limits: Limits | None = None,
         elif host_uid is not None and shutil.which("setpriv"):  # root without capabilities: no /proc/*/environ
             prefix = [shutil.which("setpriv"), "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
         host_uid = host_uid if popen_kw else None
+    prefix_is_bwrap = isolation == FULL
     argv = [*prefix, *_python_argv(limits.site_packages), "-c", _BOOTSTRAP, str(write_fd), str(limits.memory_mb),
             str(cpu_s), str(limits.file_mb), str(limits.processes), "1" if limits.audit_hook else "0"]
     start = time.perf_counter()
@@ -327,13 +331,16 @@ def execute(program: str, timeout_s: float = 10.0, limits: Limits | None = None,
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
             try:
                 proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=err, env=env, cwd=cwd,
-                                        start_new_session=True, pass_fds=(write_fd,), **popen_kw)
+                                        start_new_session=True, pass_fds=(write_fd, info_write) if prefix_is_bwrap else (write_fd,),
+                                        **popen_kw)
             except OSError as e:
                 return ExecResult(False, "error", f"could not start: {e}", None, "", "", 0.0, isolation)
-            os.close(write_fd)
-            write_fd = -1
+            for fd in (write_fd, info_write):
+                os.close(fd)
+            write_fd = info_write = -1
             _feed(proc, nonce + program.encode("utf-8", errors="surrogateescape"))
             status, hit_backstop = _wait(proc, backstop, host_uid)
+            _await_teardown(_sandbox_init_pid(info_read), host_uid)
         wall = time.perf_counter() - start
         returncode = os.waitstatus_to_exitcode(status)
         proc.returncode = returncode
@@ -343,10 +350,43 @@ def execute(program: str, timeout_s: float = 10.0, limits: Limits | None = None,
                                     backstop if hit_backstop else None, cpu_s, stderr)
         return ExecResult(verdict == "passed", verdict, reason, returncode, stdout, stderr, wall, isolation)
     finally:
-        if write_fd >= 0:
-            os.close(write_fd)
+        for fd in (write_fd, info_write):
+            if fd >= 0:
+                os.close(fd)
         os.close(read_fd)
+        os.close(info_read)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _sandbox_init_pid(info_fd: int) -> int | None:
+    """The host pid of the sandbox's init (PID 1 of its namespace), from bwrap's --info-fd JSON."""
+    import json
+
+    os.set_blocking(info_fd, False)
+    try:
+        return int(json.loads(os.read(info_fd, 4096).decode())["child-pid"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _await_teardown(init_pid: int | None, host_uid: int | None, limit_s: float = 10.0) -> None:
+    """bwrap exits as soon as its init reports the program's status, while the kernel is still killing the rest
+    of the PID namespace; wait until that init is gone (it exits only after every process in the namespace),
+    so no daemon outlives `execute`. Past `limit_s`, kill every process of the sample's uid."""
+    if init_pid is None:
+        return
+    deadline = time.perf_counter() + limit_s
+    delay = 0.0005
+    while time.perf_counter() < deadline:
+        try:
+            stat_line = Path(f"/proc/{init_pid}/stat").read_bytes()
+        except OSError:
+            return
+        if stat_line.rsplit(b")", 1)[-1].split()[:1] in ([b"Z"], [b"X"]):
+            return
+        time.sleep(delay)
+        delay = min(2 * delay, 0.02)
+    _kill_uid(host_uid)
 
 
 def _feed(proc: subprocess.Popen, data: bytes) -> None:
@@ -383,6 +423,11 @@ def _kill_sandbox(proc: subprocess.Popen, host_uid: int | None) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+    _kill_uid(host_uid)
+
+
+def _kill_uid(host_uid: int | None) -> None:
+    """`kill -KILL -1` as the sample's own host uid: every process of that uid, wherever it hides."""
     if host_uid is not None and shutil.which("kill"):
         subprocess.run([shutil.which("kill"), "-KILL", "-1"], user=host_uid, group=host_uid, extra_groups=[],
                        env={"PATH": "/usr/bin:/bin"}, cwd="/", stdin=subprocess.DEVNULL,
