@@ -196,7 +196,9 @@ def build_task(task: dict[str, Any]) -> Task:
         for path in paths:
             _readable_file(f"task.{key}", str(path))
     try:
-        return get_task(name, **task_options(task))
+        built = get_task(name, **task_options(task))
+        built.preflight()
+        return built
     except TypeError as e:
         raise ConfigError(f"task={name!r}: {e}; allowed options are those of TaskConfig (docs/tasks.md)") from None
     except ValueError as e:
