@@ -46,7 +46,7 @@ def _run():
             break
         chunks.append(chunk)
     data = b"".join(chunks)
-    nonce, src = data[:%(nonce)d], data[%(nonce)d:].decode("utf-8")
+    nonce, src = data[:NONCE_BYTES], data[NONCE_BYTES:].decode("utf-8")
     del chunks, data
     null = os.open("/dev/null", os.O_RDONLY)
     os.dup2(null, 0)
@@ -87,17 +87,17 @@ def _install_hook(root):
                     and os.fsdecode(path).endswith("environ"):
                 raise PermissionError("sandbox: reading process environments is not allowed")
             if path is not None and (flags & write or (mode and any(c in mode for c in "wax+"))) and outside(path):
-                raise PermissionError("sandbox: writing outside the work directory is not allowed: %%r" %% (path,))
+                raise PermissionError("sandbox: writing outside the work directory is not allowed: %r" % (path,))
         elif event in ("os.remove", "os.rmdir", "os.rename", "os.truncate", "shutil.rmtree", "os.chmod",
                        "os.chown", "os.link", "os.symlink", "os.mkdir"):
             if any(outside(a) for a in args[:2] if isinstance(a, (str, bytes, os.PathLike))):
-                raise PermissionError("sandbox: %%s outside the work directory is not allowed" %% event)
+                raise PermissionError("sandbox: %s outside the work directory is not allowed" % event)
         elif event.startswith(blocked):
-            raise PermissionError("sandbox: %%s is not allowed" %% event)
+            raise PermissionError("sandbox: %s is not allowed" % event)
     sys.addaudithook(hook)
 
 _run()
-""" % {"nonce": NONCE_BYTES}
+""".replace("NONCE_BYTES", str(NONCE_BYTES))
 
 
 class SandboxUnavailable(RuntimeError):
