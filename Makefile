@@ -39,7 +39,7 @@ lint: setup  ## ruff
 clean-venv:  ## remove the virtual environment
 	rm -rf $(VENV)
 
-demo: setup  ## sweep selectors x caches on the embedded tiny model; table, CSVs and Pareto plot under results/demo/
+demo: $(STAMP)  ## sweep selectors x caches on the embedded tiny model; table, CSVs and Pareto plot under results/demo/
 	$(PY) scripts/demo.py
 
 bench: setup  ## decoding-engine benchmarks; CSVs under results/bench/
