@@ -252,6 +252,15 @@ def _others_can_run_python() -> bool:
     return True
 
 
+@lru_cache(maxsize=1)
+def _hide_own_environ() -> None:
+    """Weaker mode as a plain user: a program runs with our uid, so make this process non-dumpable, which
+    makes its /proc/<pid>/environ (and memory) unreadable to same-uid processes. No core dumps afterwards."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+
+
 def _read_capped(path: Path, cap: int = OUTPUT_CAP_BYTES) -> str:
     with open(path, "rb") as f:
         data = f.read(cap + 1)
@@ -322,6 +331,8 @@ def execute(program: str, timeout_s: float = 10.0, limits: Limits | None = None,
             os.chmod(root, 0o711)
         elif host_uid is not None and shutil.which("setpriv"):  # root without capabilities: no /proc/*/environ
             prefix = [shutil.which("setpriv"), "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
+        elif host_uid is None:
+            _hide_own_environ()
         host_uid = host_uid if popen_kw else None
     prefix_is_bwrap = isolation == FULL
     argv = [*prefix, *_python_argv(limits.site_packages), "-c", _BOOTSTRAP, str(write_fd), str(limits.memory_mb),
