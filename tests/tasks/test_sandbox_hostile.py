@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from dllm_bench.tasks.sandbox import ExecResult, Limits, execute_many
 
 HOOK_OFF = "import sys\nsys.modules['__main__']._blocked = ()\n"  # the line that switched the old hook off
 SECRET = "hf_" + "s3cr3t" * 4
+VISIBLE_HOST_DIRS = [sys.base_prefix, sys.base_prefix + "/lib", "/usr/lib", "/usr/bin"]  # bound read-only
 
 
 @dataclass
@@ -76,6 +78,14 @@ HOSTILE: dict[str, tuple[str, Check]] = {
     "write_dir_fd": ("import os\nd = os.open({outside!r}, os.O_RDONLY)\n"
                      "os.write(os.open('by_dir_fd', os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=d), b'x')\n", _spared),
     "mkdir": ("import os\nos.mkdir({outside!r} + '/by_mkdir')\n", _spared),
+    "write_into_visible_host_dirs": (
+        "import os, sys\nfor d in [sys.base_prefix, sys.base_prefix + '/lib', '/usr/lib', '/usr/bin']:\n"
+        "    for attempt in (lambda: open(d + '/by_open_{mark}', 'w'), lambda: os.mkdir(d + '/by_mkdir_{mark}'),\n"
+        "                    lambda: os.open('by_dir_fd_{mark}', os.O_CREAT | os.O_WRONLY, dir_fd=os.open(d, 0))):\n"
+        "        try:\n            attempt()\n        except OSError:\n            pass\n",
+        lambda h, r: not any(Path(d, f"{kind}_{h.mark}").exists() for d in VISIBLE_HOST_DIRS
+                             for kind in ("by_open", "by_mkdir", "by_dir_fd")) and _spared(h, r),
+    ),
     "rename": ("import os\nos.rename({victim!r}, {outside!r} + '/by_rename')\n", _spared),
     "symlink": ("import os\nos.symlink({outside!r} + '/by_link_target', 'l')\nopen('l', 'w').write('x')\n"
                 "os.symlink({victim!r}, {outside!r} + '/by_symlink')\n", _spared),
