@@ -312,38 +312,26 @@ def execute(program: str, timeout_s: float = 10.0, limits: Limits | None = None,
     isolation = require_isolation(allow_unisolated)
     cpu_s = max(1, int(-(-timeout_s // 1)))
     backstop = wall_timeout_s if wall_timeout_s is not None else default_wall_timeout(timeout_s)
-    host_uid = _new_host_uid()
-    root = Path(tempfile.mkdtemp(prefix="dllm_sandbox_"))
-    out_path, err_path = root / "stdout", root / "stderr"
-    read_fd, write_fd = os.pipe()
     nonce = secrets.token_hex(NONCE_BYTES // 2).encode()
-    popen_kw: dict = {}
+    root = Path(tempfile.mkdtemp(prefix="dllm_sandbox_"))
+    read_fd, write_fd = os.pipe()
     info_read, info_write = os.pipe()
-    if isolation == FULL:
-        prefix = _sandbox_argv(host_uid, limits.site_packages, 4 * limits.file_mb, info_write)
-        env, cwd = _scrubbed_env(WORKDIR), "/"
-    else:
-        prefix, env, cwd = [], _scrubbed_env(str(root / "work")), str(root / "work")
-        (root / "work").mkdir()
-        if host_uid is not None and _others_can_run_python():
-            os.chown(root / "work", host_uid, host_uid)
-            popen_kw = {"user": host_uid, "group": host_uid, "extra_groups": []}
-            os.chmod(root, 0o711)
-        elif host_uid is not None and shutil.which("setpriv"):  # root without capabilities: no /proc/*/environ
-            prefix = [shutil.which("setpriv"), "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
-        elif host_uid is None:
-            _hide_own_environ()
-        host_uid = host_uid if popen_kw else None
-    prefix_is_bwrap = isolation == FULL
-    argv = [*prefix, *_python_argv(limits.site_packages), "-c", _BOOTSTRAP, str(write_fd), str(limits.memory_mb),
-            str(cpu_s), str(limits.file_mb), str(limits.processes), "1" if limits.audit_hook else "0"]
-    start = time.perf_counter()
     try:
-        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        if isolation == FULL:
+            host_uid = _new_host_uid()
+            prefix = _sandbox_argv(host_uid, limits.site_packages, 4 * limits.file_mb, info_write)
+            env, cwd, popen_kw, passed_fds = _scrubbed_env(WORKDIR), "/", {}, (write_fd, info_write)
+        else:
+            prefix, cwd, popen_kw, host_uid = _weaker_mode(root)
+            env, passed_fds = _scrubbed_env(cwd), (write_fd,)
+        argv = [*prefix, *_python_argv(limits.site_packages), "-c", _BOOTSTRAP, str(write_fd),
+                str(limits.memory_mb), str(cpu_s), str(limits.file_mb), str(limits.processes),
+                "1" if limits.audit_hook else "0"]
+        start = time.perf_counter()
+        with open(root / "stdout", "wb") as out, open(root / "stderr", "wb") as err:
             try:
                 proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=err, env=env, cwd=cwd,
-                                        start_new_session=True, pass_fds=(write_fd, info_write) if prefix_is_bwrap else (write_fd,),
-                                        **popen_kw)
+                                        start_new_session=True, pass_fds=passed_fds, **popen_kw)
             except OSError as e:
                 return ExecResult(False, "error", f"could not start: {e}", None, "", "", 0.0, isolation)
             for fd in (write_fd, info_write):
@@ -353,20 +341,35 @@ def execute(program: str, timeout_s: float = 10.0, limits: Limits | None = None,
             status, hit_backstop = _wait(proc, backstop, host_uid)
             _await_teardown(_sandbox_init_pid(info_read), host_uid)
         wall = time.perf_counter() - start
-        returncode = os.waitstatus_to_exitcode(status)
-        proc.returncode = returncode
-        sentinel = _drain(read_fd)
-        stdout, stderr = _read_capped(out_path), _read_capped(err_path)
-        verdict, reason = _classify(returncode, secrets.compare_digest(sentinel, nonce),
+        proc.returncode = returncode = os.waitstatus_to_exitcode(status)
+        stdout, stderr = _read_capped(root / "stdout"), _read_capped(root / "stderr")
+        verdict, reason = _classify(returncode, secrets.compare_digest(_drain(read_fd), nonce),
                                     backstop if hit_backstop else None, cpu_s, stderr)
         return ExecResult(verdict == "passed", verdict, reason, returncode, stdout, stderr, wall, isolation)
     finally:
-        for fd in (write_fd, info_write):
+        for fd in (write_fd, info_write, read_fd, info_read):
             if fd >= 0:
                 os.close(fd)
-        os.close(read_fd)
-        os.close(info_read)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _weaker_mode(root: Path) -> tuple[list[str], str, dict, int | None]:
+    """(command prefix, work dir, Popen options, uid to kill after a timeout) for the opted-in weaker mode: as root
+    a fresh unprivileged uid when it can run the interpreter, else uid 0 without capabilities; as a user, the
+    harness turns non-dumpable so the program cannot read its environment."""
+    work = root / "work"
+    work.mkdir()
+    if os.geteuid() != 0:
+        _hide_own_environ()
+        return [], str(work), {}, None
+    if _others_can_run_python():
+        uid = _new_host_uid()
+        os.chown(work, uid, uid)
+        os.chmod(root, 0o711)
+        return [], str(work), {"user": uid, "group": uid, "extra_groups": []}, uid
+    setpriv = shutil.which("setpriv")
+    prefix = [setpriv, "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"] if setpriv else []
+    return prefix, str(work), {}, None
 
 
 def _sandbox_init_pid(info_fd: int) -> int | None:
