@@ -179,7 +179,7 @@ def _sandbox_argv(host_uid: int | None, site_packages: bool, work_mb: int, info_
     roots = _python_roots(site_packages)
     inner = [
         bwrap, "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
-        "--unshare-cgroup-try", "--disable-userns", "--die-with-parent", "--new-session",
+        "--unshare-cgroup-try", *_optional_flags(bwrap), "--die-with-parent", "--new-session",
         "--uid", str(SANDBOX_ID), "--gid", str(SANDBOX_ID), "--hostname", "sandbox",
         *_root_view(roots, restore_modes=False),
         "--proc", "/proc", "--dev", "/dev", "--size", str(work_mb << 20), "--tmpfs", WORKDIR,
@@ -196,6 +196,16 @@ def _sandbox_argv(host_uid: int | None, site_packages: bool, work_mb: int, info_
         "--cap-add", "CAP_SETGID", setpriv, f"--reuid={host_uid}", f"--regid={host_uid}", "--clear-groups", "--",
         *inner,
     ]
+
+
+@lru_cache(maxsize=4)
+def _optional_flags(bwrap: str) -> tuple[str, ...]:
+    """`--disable-userns` where this bwrap has it (0.8+): the program cannot create user namespaces of its own."""
+    try:
+        helptext = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    return ("--disable-userns",) if "--disable-userns" in helptext else ()
 
 
 def _new_host_uid() -> int | None:

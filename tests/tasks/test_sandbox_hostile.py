@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import socket
 import sys
 import threading
@@ -113,6 +114,10 @@ HOSTILE: dict[str, tuple[str, Check]] = {
         "for fd in fds:\n    for token in tokens:\n        try:\n            os.write(fd, token)\n"
         "        except OSError:\n            pass\nos._exit(0)\n",
         lambda h, r: not r.passed,
+    ),
+    "new_user_namespace": (  # a namespace of its own would hand the program capabilities (over it) again
+        "import ctypes\nif ctypes.CDLL(None, use_errno=True).unshare(0x10000000) == 0:\n    print('USERNS_CREATED')\n",
+        lambda h, r: "USERNS_CREATED" not in r.stdout or not sandbox._optional_flags(shutil.which("bwrap") or ""),
     ),
     "network_to_host": ("import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
                         "s.sendall(b'hi')\n", lambda h, r: h.hits == []),
