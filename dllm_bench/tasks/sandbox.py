@@ -190,11 +190,13 @@ def _sandbox_argv(host_uid: int | None, site_packages: bool, work_mb: int, info_
     if host_uid is None:
         return inner
     setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
+    drop = [setpriv, f"--reuid={host_uid}", f"--regid={host_uid}", "--clear-groups", "--"]
+    if all(_traversable(r) for r in roots):
+        return [*drop, *inner]
     return [
         bwrap, *_root_view(roots, restore_modes=True), "--bind", "/proc", "/proc", "--dev", "/dev",
         "--tmpfs", "/tmp", "--die-with-parent", "--cap-drop", "ALL", "--cap-add", "CAP_SETUID",
-        "--cap-add", "CAP_SETGID", setpriv, f"--reuid={host_uid}", f"--regid={host_uid}", "--clear-groups", "--",
-        *inner,
+        "--cap-add", "CAP_SETGID", *drop, *inner,
     ]
 
 
@@ -251,15 +253,16 @@ def _scrubbed_env(home: str) -> dict[str, str]:
     return {"PATH": "/usr/bin:/bin", "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8"}
 
 
-@lru_cache(maxsize=1)
+@lru_cache(maxsize=16)
+def _traversable(directory: str) -> bool:
+    """Can any user reach `directory` (read+search on it and every parent)? Not under a 0700 /root."""
+    top = Path(directory).resolve()
+    return all(d.stat().st_mode & stat.S_IXOTH and d.stat().st_mode & stat.S_IROTH for d in [top, *top.parents])
+
+
 def _others_can_run_python() -> bool:
-    """Can an unprivileged user read this interpreter's stdlib? (not when it lives under a 0700 /root)."""
-    for top in {Path(os.__file__).parent, Path(sys.prefix)}:
-        for d in [top.resolve(), *top.resolve().parents]:
-            mode = d.stat().st_mode
-            if not (mode & stat.S_IXOTH and mode & stat.S_IROTH):
-                return False
-    return True
+    """Can an unprivileged user read this interpreter's stdlib and prefix?"""
+    return _traversable(str(Path(os.__file__).parent)) and _traversable(sys.prefix)
 
 
 @lru_cache(maxsize=1)
