@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: help setup test lint demo bench reproduce-table clean-venv
+.PHONY: help setup sandbox-deps test lint demo bench reproduce-table clean-venv
 
 help:  ## list targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-18s %s\n", $$1, $$2}'
@@ -19,7 +19,16 @@ $(STAMP): pyproject.toml
 	$(PY) -m dllm_bench.lm_eval_plugin --install
 	touch $(STAMP)
 
-setup: $(STAMP)  ## create .venv (if missing) and install the project with dev extras
+setup: $(STAMP) sandbox-deps  ## create .venv (if missing), install the project with dev extras, and bubblewrap
+
+sandbox-deps:  ## bubblewrap for the code sandbox (docs/sandbox.md): apt-get as root, else the command to run
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap; \
+	  else \
+	    echo "make: the code sandbox needs bubblewrap; run: sudo apt-get install -y bubblewrap (then make setup again)" >&2; \
+	    exit 1; \
+	  fi; }
 
 test: setup  ## run the test suite
 	$(PY) -m pytest -q tests
@@ -30,7 +39,7 @@ lint: setup  ## ruff
 clean-venv:  ## remove the virtual environment
 	rm -rf $(VENV)
 
-demo: setup  ## sweep rules x caches on the embedded tiny model; table, CSVs and Pareto plot under results/demo/
+demo: $(STAMP)  ## sweep rules x caches on the embedded tiny model; table, CSVs and Pareto plot under results/demo/
 	$(PY) scripts/demo.py
 
 bench: setup  ## decoding-engine benchmarks; CSVs under results/bench/

@@ -97,6 +97,7 @@ def decode_batch(engine: Engine, task: Task, docs: list[dict], indices: list[int
             "decode_time_s": gen.decode_time_s,
             "batch_size": len(docs),
             "rank": rank,
+            **({"isolation": score.details["isolation"]} if "isolation" in score.details else {}),
         })
         if gen.trace is not None:
             traces.append({"sample_id": str(doc["sample_id"]), "doc_index": index, **gen.trace})

@@ -152,7 +152,9 @@ def build_task(task: dict[str, Any]) -> Task:
         for path in paths:
             _readable_file(f"task.{key}", str(path))
     try:
-        return get_task(name, **task_options(task))
+        built = get_task(name, **task_options(task))
+        built.preflight()
+        return built
     except TypeError as e:
         allowed = ", ".join(sorted({"name", *(f.name for f in fields(TaskConfig))} - {"rank", "world_size"}))
         raise ConfigError(f"task={name!r}: {e}; allowed: {allowed} and the task's own options (docs/tasks.md)") from None

@@ -101,6 +101,9 @@ class Task:
         """Extract and compare with the gold answer."""
         raise NotImplementedError
 
+    def preflight(self) -> None:
+        """Checks that must pass before a model is loaded (code tasks: the sandbox can isolate); ValueError if not."""
+
     def score_many(self, completions: list[str], docs: list[dict], workers: int | None = None) -> list[Score]:
         """`score` over many samples (code tasks run their programs in parallel)."""
         if len(completions) != len(docs):

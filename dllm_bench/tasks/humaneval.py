@@ -31,11 +31,10 @@ class HumanEval(ExecutedTask):
     default_num_fewshot = 0
     stop_strings = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
 
-    def __init__(self, *, timeout_s: float = 10.0, **cfg) -> None:
+    def __init__(self, **cfg) -> None:
         super().__init__(**cfg)
         if self.num_fewshot != 0:
             raise ValueError(f"num_fewshot={self.num_fewshot}: humaneval is evaluated 0-shot")
-        self.timeout_s = timeout_s
 
     def stop_strings_for(self, chat: bool) -> tuple[str, ...]:
         """Chat answers put the code in a fence after prose, so cutting at '\\ndef' would lose it."""

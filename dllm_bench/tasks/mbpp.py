@@ -42,11 +42,10 @@ class MBPP(ExecutedTask):
     default_num_fewshot = 3
     stop_strings = ("[DONE]",)
 
-    def __init__(self, *, timeout_s: float = 10.0, **cfg) -> None:
+    def __init__(self, **cfg) -> None:
         super().__init__(**cfg)
         if self.num_fewshot > len(FEWSHOT):
             raise ValueError(f"num_fewshot={self.num_fewshot}: mbpp has {len(FEWSHOT)} fixed shots")
-        self.timeout_s = timeout_s
 
     def load_all_docs(self) -> list[dict]:
         rows, source = load_rows(

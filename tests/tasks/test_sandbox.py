@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import socket
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from dllm_bench.tasks.sandbox import execute, execute_many
 OK = "def f(x):\n    return x + 1\nassert f(1) == 2\n"
 
 ADVERSARIAL = {
-    "infinite_loop": ("while True:\n    pass\n", {"timeout", "killed"}),
+    "infinite_loop": ("while True:\n    pass\n", {"timeout"}),
     "fork_bomb": ("import os\nwhile True:\n    os.fork()\n", {"failed", "killed", "timeout"}),
     "subprocess_bomb": ("import subprocess, sys\nwhile True:\n    subprocess.Popen([sys.executable, '-c', 'pass'])\n",
                         {"failed", "killed", "timeout"}),
@@ -66,11 +65,11 @@ def listener():
     server.close()
 
 
-@pytest.fixture(params=["namespaces_if_available", "without_namespaces"])
+@pytest.fixture(params=["bwrap", "rlimits+audit"])
 def isolation(request, monkeypatch):
-    """Run a test with the OS namespaces (where this machine allows them) and with the fallback layers only."""
-    if request.param == "without_namespaces":
-        monkeypatch.setattr(sandbox, "namespace_prefix", lambda: ())
+    """Run a test with OS isolation and with the opted-in weaker mode (isolation simulated unavailable)."""
+    if request.param == "rlimits+audit":
+        monkeypatch.setattr(sandbox, "isolation_unavailable_reason", lambda: "simulated")
     return request.param
 
 
@@ -85,16 +84,13 @@ def test_adversarial_programs_fail_cleanly(listener, isolation):
     port, hits = listener
     names = list(ADVERSARIAL)
     programs = [ADVERSARIAL[n][0].replace("PORT", str(port)) for n in names]
-    start = time.perf_counter()
-    results = execute_many(programs, timeout_s=3, workers=4)
-    assert time.perf_counter() - start < 60
+    results = execute_many(programs, timeout_s=3, workers=4, allow_unisolated=True, wall_timeout_s=10)
     for name, result in zip(names, results):
         assert not result.passed, name
         assert result.status in ADVERSARIAL[name][1], (name, result.status, result.reason)
         assert result.reason, name
         assert len(result.stdout) < 20_000 and len(result.stderr) < 20_000, name
-        if isolation == "without_namespaces":
-            assert result.isolation == "rlimits+audit"
+        assert result.isolation == isolation
     assert hits == []
 
 
@@ -115,7 +111,7 @@ def test_host_files_and_environment_are_out_of_reach(tmp_path, monkeypatch, isol
                             "        try:\n            hits.append(b's3cr3t' in open(f'/proc/{p}/environ', 'rb').read())\n"
                             "        except OSError:\n            pass\nassert any(hits)\n"),
     }
-    results = execute_many(list(programs.values()), timeout_s=10, workers=4)
+    results = execute_many(list(programs.values()), timeout_s=10, workers=4, allow_unisolated=True)
     for name, result in zip(programs, results):
         assert not result.passed, (name, result.status, result.stdout)
     assert victim.read_text() == "keep me"
@@ -130,10 +126,9 @@ def test_work_directory_is_usable_and_removed():
     assert not Path(result.stdout.strip()).exists() or result.stdout.strip() == ""
 
 
-def test_wall_clock_limit_is_kept():
-    start = time.perf_counter()
-    result = execute("import time\ntime.sleep(30)\n", timeout_s=1)
-    assert result.status == "timeout" and time.perf_counter() - start < 10
+def test_wall_clock_backstop_is_kept():
+    result = execute("import time\ntime.sleep(30)\n", timeout_s=1, wall_timeout_s=2)
+    assert result.status == "timeout" and "wall-clock backstop" in result.reason
 
 
 def test_bad_arguments_are_refused():
@@ -141,12 +136,13 @@ def test_bad_arguments_are_refused():
         execute(OK, timeout_s=0)
     with pytest.raises(ValueError, match="workers"):
         execute_many([OK], timeout_s=1, workers=-1)
+    with pytest.raises(ValueError, match="wall_timeout_s"):
+        execute(OK, timeout_s=1, wall_timeout_s=0)
 
 
 def test_no_stray_processes_after_timeout():
     marker = f"dllm-sandbox-marker-{os.getpid()}"
-    execute(f"import time\nx = {marker!r}\ntime.sleep(60)\n", timeout_s=1)
-    time.sleep(0.2)
+    execute(f"import os\nos.execv('/bin/sleep', ['sleep', '60', {marker!r}])\n", timeout_s=1, wall_timeout_s=1)
     leftover = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
