@@ -56,15 +56,21 @@ def output_affecting(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def compute_run_id(cfg: DictConfig | dict) -> str:
-    """Stable id `<selector>-<cache>-<sha256[:12]>` of the output-affecting settings."""
+    """Stable id `<selector>-<cache>-<sha256[:12]>` of the output-affecting settings (`-paper-` before the
+    digest when `task.scoring=paper`; the default `lm_eval` leaves the id as it was before the key existed)."""
     data = to_container(cfg)
     model = data.get("model")
     if isinstance(model, dict) and str(model.get("device")).startswith(("cuda", "per_job")):
         model["device"] = "cuda"  # which GPU of a machine a run lands on does not change its outputs
+    task = data.get("task")
+    scoring = task.pop("scoring", "lm_eval") if isinstance(task, dict) else "lm_eval"
+    if scoring != "lm_eval" and isinstance(task, dict):
+        task["scoring"] = scoring
     blob = json.dumps(output_affecting(data), sort_keys=True, default=str)
     # Paths inside the package hash the same in every checkout.
     blob = blob.replace(str(PACKAGE_DIR), "<dllm_bench>")
     digest = hashlib.sha256(blob.encode()).hexdigest()[:12]
     selector = str(data.get("selector", {}).get("name", "selector"))
     cache = str(data.get("cache", {}).get("name", "none"))
-    return f"{selector}-{cache}-{digest}"
+    mode = "" if scoring == "lm_eval" else f"{scoring}-"
+    return f"{selector}-{cache}-{mode}{digest}"
