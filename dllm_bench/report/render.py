@@ -146,7 +146,9 @@ def to_markdown(spec: TableSpec, results: list[CellResult]) -> str:
     rows, cols, by_key = _grid(results)
     numbers = _notes(results)
     header = [spec.row_header, "Metric", *[spec.label_col(c) for c in cols]]
-    lines = [f"## {spec.title}", "", _legend(spec), "",
+    modes = sorted({r.config["task"].get("scoring", "lm_eval") for r in results if r.config and "task" in r.config})
+    scored = [f"Scored with `task.scoring={'/'.join(modes)}` (docs/tasks.md, \"Scoring modes\").", ""] if modes else []
+    lines = [f"## {spec.title}", "", _legend(spec), "", *scored,
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for _, fields in _grid_lines(spec, results, rows, cols, by_key, numbers):
         lines.append("| " + " | ".join(fields) + " |")

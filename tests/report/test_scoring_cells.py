@@ -37,7 +37,7 @@ def test_paper_cell_shows_lm_eval_where_it_differs(tmp_path):
     assert cell.aggregate.accuracy == pytest.approx(100 * 235 / 300) and cell.config["task"]["scoring"] == "paper"
     assert cell.other[0] == "lm_eval" and cell.other[1].accuracy == pytest.approx(100 * 250 / 300)
     text = to_markdown(spec, results)
-    assert "(lm_eval 83.3" in text and "other `task.scoring` mode" in text
+    assert "(lm_eval 83.3" in text and "other `task.scoring` mode" in text and "`task.scoring=paper`" in text
 
 
 def test_equal_accuracy_shows_once_and_a_rescored_twin_is_not_pooled(tmp_path):
