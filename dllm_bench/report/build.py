@@ -28,6 +28,7 @@ class CellResult:
     command: str | None
     reason: str | None = None
     config: dict[str, Any] | None = None
+    other: tuple[str, Aggregate] | None = None  # (the other scoring mode, its pooled result on the same runs)
 
     @property
     def partial(self) -> bool:
@@ -79,6 +80,25 @@ def drop_stale(rows: pd.DataFrame, config: dict[str, Any]) -> tuple[pd.DataFrame
         f"runs.csv rows, then rerun")
 
 
+def drop_rescored_twins(rows: pd.DataFrame) -> pd.DataFrame:
+    """Drop rescorings whose generation run is among `rows` in the same mode (the same samples, scored twice)."""
+    if rows.empty or "generation_run_id" not in rows.columns:
+        return rows
+    own = set(rows["run_id"].astype(str))
+    twin = rows["generation_run_id"].astype(str).isin(own) & (rows["generation_run_id"].astype(str) != rows["run_id"])
+    return rows[~twin]
+
+
+def other_scoring(runs: pd.DataFrame, config: dict[str, Any]) -> tuple[str, Aggregate] | None:
+    """The cell's setting under the other `task.scoring` mode (e.g. a rescoring), pooled; None without runs."""
+    if runs.empty or "task.scoring" not in runs.columns:
+        return None
+    mode = "lm_eval" if config.get("task", {}).get("scoring", "lm_eval") == "paper" else "paper"
+    other = {**config, "task": {**config.get("task", {}), "scoring": mode}}
+    rows, _ = drop_stale(drop_rescored_twins(matching_rows(runs, other)), other)
+    return None if rows.empty else (mode, aggregate_runs(rows))
+
+
 def resolve_table(
     spec: TableSpec,
     runs: pd.DataFrame,
@@ -111,13 +131,14 @@ def resolve_table(
         if isinstance(config, str):
             results.append(CellResult(cell, "unavailable", None, command, config))
             continue
-        rows = matching_rows(runs, config)
+        rows = drop_rescored_twins(matching_rows(runs, config))
         rows, stale = drop_stale(rows, config)
         if rows.empty and stale:
             results.append(CellResult(cell, "unavailable", None, command, stale, config))
             continue
         if not rows.empty:
-            results.append(CellResult(cell, "ok", aggregate_runs(rows), command, None, config))
+            results.append(CellResult(cell, "ok", aggregate_runs(rows), command, None, config,
+                                      other_scoring(runs, config)))
             continue
         refused, message = runner_check(config)
         if refused:

@@ -59,6 +59,10 @@ def _ours_text(result: CellResult, e: Entry) -> str:
     text = _fmt(e.reproduced, e.ndigits)
     if e.metric == "accuracy" and agg is not None and not math.isnan(agg.accuracy_ci_low):
         text += f" [{_fmt(agg.accuracy_ci_low, e.ndigits)}, {_fmt(agg.accuracy_ci_high, e.ndigits)}]"
+    if e.metric == "accuracy" and result.other is not None:
+        mode, other = result.other
+        if _fmt(other.accuracy, e.ndigits) != _fmt(e.reproduced, e.ndigits):
+            text += f" ({mode} {_fmt(other.accuracy, e.ndigits)})"
     if e.metric == "tokens_per_s" and agg is not None and not math.isnan(agg.tokens_per_s_sd):
         text += f" ±{_fmt(agg.tokens_per_s_sd, e.ndigits)}"
     if result.partial:
@@ -142,7 +146,9 @@ def to_markdown(spec: TableSpec, results: list[CellResult]) -> str:
     rows, cols, by_key = _grid(results)
     numbers = _notes(results)
     header = [spec.row_header, "Metric", *[spec.label_col(c) for c in cols]]
-    lines = [f"## {spec.title}", "", _legend(spec), "",
+    modes = sorted({r.config["task"].get("scoring", "lm_eval") for r in results if r.config and "task" in r.config})
+    scored = [f"Scored with `task.scoring={'/'.join(modes)}` (docs/tasks.md, \"Scoring modes\").", ""] if modes else []
+    lines = [f"## {spec.title}", "", _legend(spec), "", *scored,
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for _, fields in _grid_lines(spec, results, rows, cols, by_key, numbers):
         lines.append("| " + " | ".join(fields) + " |")
@@ -151,6 +157,10 @@ def to_markdown(spec: TableSpec, results: list[CellResult]) -> str:
         lines += ["", "Notes:", "", *notes]
     if any(r.partial for r in results):
         lines += ["", "† fewer documents than the paper's benchmark run (see n_samples in the CSV)."]
+    if any("(lm_eval " in t or "(paper " in t for _, fields in _grid_lines(spec, results, rows, cols, by_key, numbers)
+           for t in fields[2:]):
+        lines += ["", "`(lm_eval x)` / `(paper x)`: the same generations scored under the other `task.scoring` "
+                      "mode, shown where it differs (docs/tasks.md, \"Scoring modes\")."]
     assumptions = sorted({a for r in results for a in r.cell.assumptions})
     if assumptions:
         lines += ["", "Settings not stated in the paper (taken from the published code or defaults):", "",

@@ -56,14 +56,20 @@ def output_affecting(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def compute_run_id(cfg: DictConfig | dict) -> str:
-    """Stable id `<policy>-<rule>-<cache>-<sha256[:12]>` of the output-affecting settings."""
+    """Stable id `<policy>-<rule>-<cache>-<sha256[:12]>` of the output-affecting settings (`-paper-` before the
+    digest when `task.scoring=paper`; the default `lm_eval` adds nothing)."""
     data = to_container(cfg)
     model = data.get("model")
     if isinstance(model, dict) and str(model.get("device")).startswith(("cuda", "per_job")):
         model["device"] = "cuda"  # which GPU of a machine a run lands on does not change its outputs
+    task = data.get("task")
+    scoring = task.pop("scoring", "lm_eval") if isinstance(task, dict) else "lm_eval"
+    if scoring != "lm_eval" and isinstance(task, dict):
+        task["scoring"] = scoring
     blob = json.dumps(output_affecting(data), sort_keys=True, default=str)
     # Paths inside the package hash the same in every checkout.
     blob = blob.replace(str(PACKAGE_DIR), "<dllm_bench>")
     digest = hashlib.sha256(blob.encode()).hexdigest()[:12]
     names = [str((data.get(group) or {}).get("name", group)) for group in ("policy", "rule", "cache")]
-    return "-".join([*names, digest])
+    mode = [] if scoring == "lm_eval" else [scoring]
+    return "-".join([*names, *mode, digest])

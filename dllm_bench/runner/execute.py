@@ -13,14 +13,14 @@ import torch
 from omegaconf import DictConfig
 
 from dllm_bench.models.loading import checkpoint_fingerprint
-from dllm_bench.runner.completions import COUNT_KEYS, completion_texts
+from dllm_bench.runner.completions import COUNT_KEYS, completion_texts, eos_token_id, paper_completion
 from dllm_bench.runner.config import compute_run_id, flatten
 from dllm_bench.runner.environment import environment_info
 from dllm_bench.runner.interface import Engine, EngineFactory
 from dllm_bench.runner.progress import RunProgress
 from dllm_bench.runner.sharding import DistContext, barrier, init_distributed, shard, shutdown
 from dllm_bench.runner.store import ResultsStore
-from dllm_bench.runner.summary import summarise
+from dllm_bench.runner.summary import PAPER_CUT_COLUMN, count_column, summarise
 from dllm_bench.runner.validate import build_task, validate_config
 from dllm_bench.tasks import Task
 from dllm_bench.tasks.chat import render_prompt
@@ -71,19 +71,28 @@ def decode_batch(engine: Engine, task: Task, docs: list[dict], indices: list[int
     prompts = [render_prompt(task, doc, engine.tokenizer, chat) for doc in docs]
     gens = engine.generate(prompts, docs, seeds, stop_strings, **extra)
     texts = [completion_texts(g.ids, engine.tokenizer, engine.stop_token_ids, stop_strings) for g in gens]
+    eos = eos_token_id(engine.tokenizer, engine.stop_token_ids)
+    papers = [paper_completion(raw, engine.tokenizer, stop_strings, eos) for _, raw in texts]
     _sync()
     latency = time.perf_counter() - start
-    scores = task.score_many([text for text, _ in texts], docs)  # code tasks run their programs in parallel
+    scoring = task.scoring
+    scored = [paper for paper, _ in papers] if scoring == "paper" else [text for text, _ in texts]
+    scores = task.score_many(scored, docs)  # code tasks run their programs in parallel
     rows, traces = [], []
-    for doc, index, prompt, gen, (text, raw), score in zip(docs, indices, prompts, gens, texts, scores):
+    for doc, index, prompt, gen, (text, raw), (paper, paper_tokens), completion, score in zip(
+            docs, indices, prompts, gens, texts, papers, scored, scores):
         counts = {f"tokens_{rule}": int(gen.token_counts[key]) for rule, key in COUNT_KEYS.items()}
-        counted = counts[f"tokens_{c['count_rule']}"]
+        counts[PAPER_CUT_COLUMN] = paper_tokens
+        counted = counts[count_column(c["count_rule"], scoring)]
         rows.append({
             "sample_id": str(doc["sample_id"]),
             "doc_index": index,
             "prompt": prompt,
-            "completion": text,
-            "raw_completion": raw,
+            "completion": completion,  # the text this run's scoring mode scored
+            "completion_lm_eval": text,  # decoded up to the first stop id, cut at the first stop string
+            "completion_paper": paper,  # the LLaDA evaluation's text (no cut at the first EOS)
+            "raw_completion": raw,  # the whole answer region, special tokens kept
+            "scoring": scoring,
             "extracted": score.extracted,
             "gold": score.gold,
             "correct": bool(score.correct),
@@ -175,7 +184,7 @@ def _finalise(c: dict[str, Any], run_id: str, store: ResultsStore, all_docs: lis
     rows = store.merge()
     wanted = {str(all_docs[i]["sample_id"]) for i in selected}
     rows = [r for r in rows if r["sample_id"] in wanted]
-    summary = summarise(rows, c["count_rule"])
+    summary = summarise(rows, c["count_rule"], c["task"].get("scoring", "lm_eval"))
     if len(rows) < len(wanted):
         log.warning("run %s: %d of %d selected documents have no row", run_id, len(wanted) - len(rows), len(wanted))
     previous = store.read_run_json()

@@ -6,6 +6,13 @@ import math
 from typing import Any
 
 Z95 = 1.959963984540054
+# scoring=paper counts the `cut` rule exactly as the LLaDA evaluation did (runner/completions.paper_completion)
+PAPER_CUT_COLUMN = "tokens_cut_paper"
+
+
+def count_column(count_rule: str, scoring: str) -> str:
+    """The samples.jsonl column a run's headline token count sums: `tokens_<rule>`, LLaDA's own for paper/cut."""
+    return PAPER_CUT_COLUMN if scoring == "paper" and count_rule == "cut" else f"tokens_{count_rule}"
 
 
 def wilson_interval(successes: float, n: float, z: float = Z95) -> tuple[float, float]:
@@ -19,13 +26,19 @@ def wilson_interval(successes: float, n: float, z: float = Z95) -> tuple[float, 
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def summarise(rows: list[dict[str, Any]], count_rule: str) -> dict[str, Any]:
-    """Summary columns of docs/runner.md for the rows of one run (order-independent)."""
+def summarise(rows: list[dict[str, Any]], count_rule: str, scoring: str = "lm_eval") -> dict[str, Any]:
+    """Summary columns of docs/runner.md for the rows of one run (order-independent).
+
+    `tokens_total` sums the run's headline count (`count_column`: LLaDA's own `cut` count under scoring=paper);
+    `tokens_cut_total` and `tokens_cut_paper_total` give both `cut` counts whatever the mode.
+    """
     n = len(rows)
     correct = sum(bool(r["correct"]) for r in rows)
     low, high = wilson_interval(correct, n)
     nfe_total = sum(int(r["nfe"]) for r in rows)
-    tokens_total = sum(int(r[f"tokens_{count_rule}"]) for r in rows)
+    tokens_total = sum(int(r[count_column(count_rule, scoring)]) for r in rows)
+    both = {f"{col}_total": sum(int(r[col]) for r in rows) if all(col in r for r in rows) else math.nan
+            for col in ("tokens_cut", PAPER_CUT_COLUMN)}
     wall_total = sum(float(r["wall_time_s"]) for r in rows)
     return {
         "n_samples": n,
@@ -41,6 +54,7 @@ def summarise(rows: list[dict[str, Any]], count_rule: str) -> dict[str, Any]:
         "tokens_per_s": tokens_total / wall_total if wall_total > 0 else math.nan,
         "latency_s_mean": sum(float(r["latency_s"]) for r in rows) / n if n else math.nan,
         "wall_time_s_total": wall_total,
+        **both,
         "count_rule": count_rule,
     }
 

@@ -16,9 +16,16 @@ class Score:
     details: dict[str, Any] = field(default_factory=dict)
 
 
+SCORING_MODES = ("lm_eval", "paper")
+
+
 @dataclass
 class TaskConfig:
-    """Options common to all tasks (selection, few-shot count, local data override, sharding)."""
+    """Options common to all tasks (selection, few-shot count, local data override, sharding, scoring mode).
+
+    `scoring`: `lm_eval` = current lm-eval's prompts and metrics (with our listed corrections); `paper` = what
+    the papers' pipeline computed (lm-eval 0.4.8, Fast-dLLM's HumanEval postprocess); docs/tasks.md.
+    """
 
     limit: int | None = None
     offset: int = 0
@@ -27,8 +34,11 @@ class TaskConfig:
     data_dir: str | None = None
     rank: int = 0
     world_size: int = 1
+    scoring: str = "lm_eval"
 
     def __post_init__(self) -> None:
+        if self.scoring not in SCORING_MODES:
+            raise ValueError(f"scoring={self.scoring!r}: expected one of {', '.join(SCORING_MODES)}")
         if self.limit is not None and (not isinstance(self.limit, int) or self.limit < 0):
             raise ValueError(f"limit={self.limit!r}: expected a non-negative int or None")
         if not isinstance(self.offset, int) or self.offset < 0:
@@ -64,6 +74,11 @@ class Task:
     def __init__(self, **cfg: Any) -> None:
         self.config = TaskConfig(**cfg)
         self._all_docs: list[dict] | None = None
+
+    @property
+    def scoring(self) -> str:
+        """`paper` or `lm_eval` (TaskConfig.scoring)."""
+        return self.config.scoring
 
     @property
     def num_fewshot(self) -> int:

@@ -62,3 +62,27 @@ def sanitize(code: str, entry_point: str | None = None) -> str:
     if entry_point is not None and not defines(out, entry_point):
         return code
     return out
+
+
+def prompt_context(prompt: str, code: str, entry_point: str) -> str:
+    """The prompt's imports and helper definitions that `code` lacks, as source lines to put before it.
+
+    A HumanEval answer that restates the entry point often drops the prompt's `from typing import List`, an
+    `import math` the prompt has inside the entry point (HumanEval/115), or a helper the prompt defines
+    (e.g. `is_palindrome`); all belong to the problem, not the answer.
+    """
+    tree = parse_prefix(prompt)
+    if tree is None:
+        return ""
+    lines = prompt.splitlines()
+    kept = []
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            kept.append(ast.unparse(node))
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if node.name == entry_point:
+                kept += [ast.unparse(n) for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom))]
+            elif not (defines(code, node.name) or re.search(rf"^\s*class\s+{re.escape(node.name)}\b", code, re.M)):
+                start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+                kept.append("\n".join(lines[start - 1 : node.end_lineno]))
+    return "".join(block + "\n\n" for block in kept)

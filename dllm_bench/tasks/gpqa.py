@@ -29,11 +29,21 @@ LETTER_REGEX = re.compile(r"(\([A-Z]\))")
 FILTERS = ("flexible-extract", "strict-match")
 
 
-def preprocess(text: str | None) -> str:
-    """lm-eval gpqa utils.preprocess: strip, ' [title]' -> '. ', double spaces -> single."""
+_BRACKETED = re.compile(r"\[.*?\]")
+
+
+def preprocess(text: str | None, drop_brackets: bool = False) -> str:
+    """lm-eval gpqa utils.preprocess: strip, ' [title]' -> '. ', double spaces -> single.
+
+    `drop_brackets`: lm-eval 0.4.8 (the papers' version) also deletes every `[...]` span, after the strip
+    (so a choice can keep a trailing space, and two choices can become identical).
+    """
     if text is None:
         return " "
-    return text.strip().replace(" [title]", ". ").replace("  ", " ")
+    text = text.strip().replace(" [title]", ". ")
+    if drop_brackets:
+        text = _BRACKETED.sub("", text)
+    return text.replace("  ", " ")
 
 
 @lru_cache(maxsize=1)
@@ -78,7 +88,12 @@ def normalize_letter(text: str) -> str:
 
 
 class GPQA(Task):
-    """Generative n-shot GPQA: shuffled choices (seeded), 'Answer: (X)' shots from the same split."""
+    """Generative n-shot GPQA: shuffled choices (seeded), 'Answer: (X)' shots from the same split.
+
+    scoring=paper: lm-eval 0.4.8's preprocessing, which deletes `[...]` spans from the choices (not the
+    question); the gold letter is still `choices.index(correct)`, i.e. the first copy when deletion made
+    two choices identical.
+    """
 
     name = "gpqa"
     default_num_fewshot = 5
@@ -103,12 +118,13 @@ class GPQA(Task):
             hub_path="Idavidrein/gpqa", hub_name=self.subset, hub_split="train", required=FIELDS,
         )
         rnd = Random(self.shuffle_seed)
+        drop = self.scoring == "paper"
         docs = []
         for i, r in enumerate(rows):
-            choices = [preprocess(r[k]) for k in ("Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3",
-                                                  "Correct Answer")]
+            choices = [preprocess(r[k], drop) for k in ("Incorrect Answer 1", "Incorrect Answer 2",
+                                                        "Incorrect Answer 3", "Correct Answer")]
             rnd.shuffle(choices)
-            answer = f"({chr(65 + choices.index(preprocess(r['Correct Answer'])))})"
+            answer = f"({chr(65 + choices.index(preprocess(r['Correct Answer'], drop)))})"
             docs.append({
                 "sample_id": str(r.get("Record ID") or f"{self.subset}/{i}"), "doc_index": i,
                 "Question": r["Question"], "choices": choices, "answer": answer,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dllm_bench.tasks.code_extract import cut_at_stops, defines, fenced_blocks, sanitize
+from dllm_bench.tasks.code_extract import cut_at_stops, defines, fenced_blocks, prompt_context, sanitize
+from dllm_bench.tasks.code_paper import paper_humaneval_program
 from dllm_bench.tasks.data import check_fields, read_rows, resolve_local
 from dllm_bench.tasks.executed import ExecutedTask
 
@@ -21,9 +22,11 @@ def packaged_humaneval_file() -> Path:
 class HumanEval(ExecutedTask):
     """Base models continue the prompt (lm-eval `humaneval` stop strings); chat models answer with a code block.
 
-    Extraction: a fenced block if present, sanitised to imports and definitions when it defines the
-    entry point, else appended to the prompt as the function body; plain continuations are appended to
-    the prompt as lm-eval does. pass@1 = the official `check(entry_point)` runs to its end.
+    scoring=lm_eval: a fenced block if present, sanitised to imports and definitions when it defines the
+    entry point (our correction: the prompt's imports and helper definitions go in front, as the prompt's
+    context is part of the problem), else appended to the prompt as the function body; plain continuations
+    are appended to the prompt as lm-eval does. scoring=paper: Fast-dLLM's postprocess (code_paper.py).
+    pass@1 = the official `check(entry_point)` runs to its end.
     """
 
     name = "humaneval"
@@ -52,12 +55,15 @@ class HumanEval(ExecutedTask):
     def extract(self, completion: str, doc: dict) -> str:
         """The full program text to test (prompt included when the completion is only a body)."""
         entry = doc["entry_point"]
+        if self.scoring == "paper":
+            return paper_humaneval_program(completion, doc["prompt"], entry)
         blocks = fenced_blocks(completion)
+        code = next((b for b in blocks if defines(b, entry)), blocks[0]) if blocks else completion
+        if defines(code, entry):
+            kept = sanitize(code, entry)
+            return prompt_context(doc["prompt"], kept, entry) + kept
         if blocks:
-            code = next((b for b in blocks if defines(b, entry)), blocks[0])
-            return sanitize(code, entry) if defines(code, entry) else doc["prompt"] + code
-        if defines(completion, entry):
-            return sanitize(completion, entry)
+            return doc["prompt"] + code
         return doc["prompt"] + cut_at_stops(completion, self.stop_strings)
 
     def program(self, code: str, doc: dict) -> str:

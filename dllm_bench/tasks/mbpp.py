@@ -35,7 +35,11 @@ def render_question(text: str, tests: list[str] | tuple[str, ...]) -> str:
 
 
 class MBPP(ExecutedTask):
-    """lm-eval `mbpp`: 3 fixed shots, stop at '[DONE]', pass@1 = the row's asserts run to the end."""
+    """lm-eval `mbpp`: 3 fixed shots, stop at '[DONE]', pass@1 = the row's asserts run to the end.
+
+    scoring=paper: lm-eval's raw pass@1 as the papers scored it: the completion as generated (cut at the
+    stop string only, no fence extraction) followed by the three asserts, without `test_setup_code`.
+    """
 
     name = "mbpp"
     gold_key = "code"
@@ -70,12 +74,16 @@ class MBPP(ExecutedTask):
         return shots + render_question(doc["text"], doc["test_list"])
 
     def extract(self, completion: str, doc: dict) -> str:
-        """The code: cut at '[DONE]', then the first fenced block if the model used one."""
+        """The code: cut at '[DONE]', then (lm_eval) the first fenced block if the model used one."""
         text = cut_at_stops(completion, self.stop_strings)
+        if self.scoring == "paper":
+            return text
         blocks = fenced_blocks(text)
         code = blocks[0] if blocks else text
         return code.replace("[BEGIN]", "")
 
     def program(self, code: str, doc: dict) -> str:
-        """Solution, the row's setup code, and its asserts."""
+        """Solution, the row's setup code (lm_eval only), and its asserts."""
+        if self.scoring == "paper":
+            return code + "\n" + "\n".join(doc["test_list"][:3])
         return "\n".join([code, doc["test_setup_code"], *doc["test_list"]]) + "\n"

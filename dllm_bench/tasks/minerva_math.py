@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dllm_bench.tasks.base import Score, Task
 from dllm_bench.tasks.data import check_fields, load_hub_rows, load_rows, read_rows, resolve_local
+from dllm_bench.tasks.minerva_paper import paper_exemplars, paper_gold
 
 # The Minerva (Lewkowycz et al., 2022) 4-shot exemplars, as lm-eval's minerva_math utils list them.
 MINERVA_EXEMPLARS = (
@@ -28,6 +29,9 @@ MINERVA_EXEMPLARS = (
      "know that $6y-9x=b$, we have\n\n$$-\\frac{3}{2}a=b\\Rightarrow\\frac{a}{b}=\\boxed{-\\frac{2}{3}}.$$\n"
      "Final Answer: The final answer is $-\\frac{2}{3}$. I hope it is correct."),
 )
+
+# lm-eval 0.4.8's copy (the papers' prompts): three one-character differences, see minerva_paper.py.
+PAPER_EXEMPLARS = paper_exemplars(MINERVA_EXEMPLARS)
 
 HENDRYCKS_SUBJECTS = (
     "algebra", "counting_and_probability", "geometry", "intermediate_algebra", "number_theory", "prealgebra",
@@ -71,22 +75,32 @@ def minerva_final_answer(completion: str) -> str | None:
     return (tail if end < 0 else tail[:end]).strip()
 
 
-def math_equivalent(gold_latex: str, completion: str) -> tuple[bool, str | None]:
-    """Is the completion's final answer equal to gold? (math-verify's extraction and equivalence)."""
+def verify_text(gold_text: str, completion: str) -> tuple[bool, str | None]:
+    """math-verify: `verify(parse(gold_text), parse(completion))`; (verdict, the completion's parsed answer)."""
     import threading
 
     from math_verify import parse, verify
 
     # math-verify's time limits use SIGALRM, which exists only in the main thread
     limit = 5 if threading.current_thread() is threading.main_thread() else None
-    gold = parse(f"$\\boxed{{{gold_latex}}}$", parsing_timeout=limit)
+    gold = parse(gold_text, parsing_timeout=limit)
     pred = parse(completion, parsing_timeout=limit)
     extracted = pred[-1] if pred else None
     return bool(gold and pred and verify(gold, pred, timeout_seconds=limit)), extracted
 
 
+def math_equivalent(gold_latex: str, completion: str) -> tuple[bool, str | None]:
+    """Is the completion's final answer equal to one gold answer (`\\boxed{gold_latex}`)? (math-verify)."""
+    return verify_text(f"$\\boxed{{{gold_latex}}}$", completion)
+
+
 class MinervaMath(Task):
-    """lm-eval `minerva_math` prompts on the full MATH test set (5000); equivalence by math-verify."""
+    """lm-eval `minerva_math` prompts on the full MATH test set (5000); equivalence by math-verify.
+
+    scoring=lm_eval: current lm-eval's exemplars; gold = what math-verify reads in the reference solution
+    (the set, where the solution boxes several answers side by side). scoring=paper: lm-eval 0.4.8's
+    exemplars; gold = 0.4.8's Minerva-normalised last box, parsed without `$` (as the papers scored).
+    """
 
     name = "minerva_math"
     default_num_fewshot = 4
@@ -104,7 +118,8 @@ class MinervaMath(Task):
         return self._docs_from(rows, source)
 
     def _docs_from(self, rows: list[dict], source: str) -> list[dict]:
-        """Rows to docs with a stable sample_id and the gold answer (the `answer` field, else the last box)."""
+        """Rows to docs with a stable sample_id, the gold answer (the `answer` field, else the last box) and
+        0.4.8's normalised gold (`answer_paper`)."""
         docs = []
         for i, r in enumerate(rows):
             gold = r.get("answer") or last_boxed_content(r["solution"])
@@ -113,14 +128,20 @@ class MinervaMath(Task):
             docs.append({
                 "sample_id": str(r.get("unique_id") or f"{self.name}/{r.get('idx', i)}"),
                 "doc_index": i, "problem": r["problem"], "solution": r["solution"], "answer": gold,
+                "answer_paper": paper_gold(r["solution"]) or "",
                 "subject": r.get("subject") or r.get("type"), "level": r.get("level"),
             })
         return docs
 
+    @property
+    def exemplars(self) -> tuple[tuple[str, str], ...]:
+        """The fixed 4-shot exemplars of the scoring mode's lm-eval version."""
+        return PAPER_EXEMPLARS if self.scoring == "paper" else MINERVA_EXEMPLARS
+
     def prompt(self, doc: dict, chat: bool = False) -> str:
-        if self.num_fewshot > len(MINERVA_EXEMPLARS):
-            raise ValueError(f"num_fewshot={self.num_fewshot}: minerva_math has {len(MINERVA_EXEMPLARS)} exemplars")
-        shots = "".join(f"Problem:\n{p}\n\nSolution: {s}\n\n" for p, s in MINERVA_EXEMPLARS[: self.num_fewshot])
+        if self.num_fewshot > len(self.exemplars):
+            raise ValueError(f"num_fewshot={self.num_fewshot}: minerva_math has {len(self.exemplars)} exemplars")
+        shots = "".join(f"Problem:\n{p}\n\nSolution: {s}\n\n" for p, s in self.exemplars[: self.num_fewshot])
         return f"{shots}Problem:\n{doc['problem']}\n\nSolution:"
 
     def extract(self, completion: str, doc: dict) -> str | None:
@@ -129,9 +150,13 @@ class MinervaMath(Task):
         return boxed if boxed is not None else minerva_final_answer(completion)
 
     def score(self, completion: str, doc: dict) -> Score:
-        correct, parsed = math_equivalent(doc["answer"], completion)
-        return Score(correct=correct, extracted=self.extract(completion, doc), gold=doc["answer"],
-                     details={"math_verify_parsed": None if parsed is None else str(parsed)})
+        if self.scoring == "paper":
+            gold_text, gold = doc["answer_paper"], doc["answer_paper"]
+        else:
+            gold_text, gold = doc["solution"], doc["answer"]
+        correct, parsed = verify_text(gold_text, completion)
+        return Score(correct=correct, extracted=self.extract(completion, doc), gold=gold,
+                     details={"math_verify_parsed": None if parsed is None else str(parsed), "scoring": self.scoring})
 
 
 class MinervaMath500(MinervaMath):
