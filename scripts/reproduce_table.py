@@ -25,7 +25,7 @@ os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
 from dllm_bench.report.build import CellResult, resolve_table  # noqa: E402
 from dllm_bench.report.estimate import table_gpu_hours  # noqa: E402
 from dllm_bench.report.pareto import plot_frontiers, published_points, run_points  # noqa: E402
-from dllm_bench.report.profile import analyse_profiles, plot_profile, profile_markdown, read_trace_steps  # noqa: E402
+from dllm_bench.report.profile import TraceGroup, analyse_group, plot_profile, profile_markdown  # noqa: E402
 from dllm_bench.report.render import write_table  # noqa: E402
 from dllm_bench.report.runs import compose_config, find_runs_csv, override_list, read_runs  # noqa: E402
 from dllm_bench.report.tables import TABLES, TableSpec, get_table  # noqa: E402
@@ -136,21 +136,24 @@ def write_frontiers(spec: TableSpec, results: list[CellResult], results_dir: Pat
 
 
 def write_profile(spec: TableSpec, results: list[CellResult], results_dir: Path, out: Path) -> None:
-    """Confidence-profile analysis of the table's traced Fréchet runs (all traced runs if none is Fréchet)."""
-    found = []
+    """Confidence-profile analysis of the table's traced Fréchet runs of one δ (the most runs; smallest δ on ties)."""
+    by_delta: dict[float, list[Path]] = {}
     for r in results:
-        if r.aggregate is None or r.config is None:
+        if r.aggregate is None or r.config is None or r.config["selector"]["name"] != "frechet":
             continue
         for run_id in r.aggregate.run_ids:
-            found.append((r.config["selector"]["name"], results_dir / r.config["name"] / run_id / "traces.jsonl"))
-    files = [p for name, p in found if name == "frechet" and p.is_file()] or [p for _, p in found if p.is_file()]
-    if not files:
-        print(f"[{spec.name}] no traces.jsonl in its runs: no confidence-profile analysis", flush=True)
+            path = results_dir / r.config["name"] / run_id / "traces.jsonl"
+            if path.is_file():
+                by_delta.setdefault(float(r.config["selector"]["delta"]), []).append(path)
+    if not by_delta:
+        print(f"[{spec.name}] no traced Fréchet run: no confidence-profile analysis", flush=True)
         return
-    analysis = analyse_profiles(read_trace_steps(files))
+    delta, files = max(sorted(by_delta.items()), key=lambda item: len(item[1]))
+    group = TraceGroup(f"frechet δ={delta:g}", "frechet", {"delta": delta}, tuple(files))
+    analysis = analyse_group(group)
     md = out / f"{spec.name}_profile.md"
     md.write_text(profile_markdown(analysis), encoding="utf-8")
-    plot_profile(analysis, out.parent / "plots" / f"{spec.name}_profile", title=f"{spec.name}: {len(files)} run(s)")
+    plot_profile(analysis, out.parent / "plots" / f"{spec.name}_profile", title=f"{spec.name}: {analysis.source}")
     print(f"[{spec.name}] confidence profiles of {len(files)} traced run(s) -> {md}", flush=True)
 
 
