@@ -190,8 +190,8 @@ def frontier_figure(points: pd.DataFrame, published: list[PublishedPoint] | None
                 hollow = column == "tokens_per_s" and row["loaded"] is True
                 colour = colours[method]
                 if not np.isnan(row["ci_low"]):
-                    ax.errorbar(row[column], row["accuracy"], yerr=[[row["accuracy"] - row["ci_low"]],
-                                                                    [row["ci_high"] - row["accuracy"]]],
+                    below, above = max(0.0, row["accuracy"] - row["ci_low"]), max(0.0, row["ci_high"] - row["accuracy"])
+                    ax.errorbar(row[column], row["accuracy"], yerr=[[below], [above]],
                                 fmt="none", ecolor=colour, elinewidth=0.8, capsize=2, alpha=0.35 if faint else 0.7,
                                 zorder=2)
                 ax.scatter([row[column]], [row["accuracy"]], marker=CACHE_MARKERS.get(row["cache"], "o"), s=36,
