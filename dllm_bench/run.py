@@ -66,6 +66,9 @@ def main() -> None:
     os.environ[TRACEBACK_ENV] = "1"  # Hydra re-raises instead of printing a stripped traceback and exiting 1
     try:
         app()
+    except BrokenPipeError:  # output piped into a reader that stopped (`dllm-bench --help | head`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+        raise SystemExit(0) from None
     except Exception as err:
         if wants_traceback:
             raise
