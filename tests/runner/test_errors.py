@@ -173,3 +173,17 @@ def test_empty_selection_refused(monkeypatch, capsys, base, tmp_path, selection,
 def test_hydra_errors_are_one_line(monkeypatch, capsys, base):
     code, lines = run_main(monkeypatch, capsys, *base, "selector=bogus")
     assert_one_line(code, lines, "Could not find 'selector/bogus'", "frechet")
+
+
+def test_help_opens_with_what_the_program_does_and_three_commands(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["dllm-bench", "--help"])
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            main()
+    finally:
+        GlobalHydra.instance().clear()
+    assert exit_info.value.code == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("dllm-bench: decode a benchmark with a diffusion LM")
+    assert lines[2] == "Common commands:"
+    assert [line.split()[0] for line in lines[3:6]] == ["dllm-bench"] * 3 and lines[6] == ""
