@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,15 @@ log = logging.getLogger(__name__)
 
 SELECTORS = ("topk", "threshold", "factor", "frechet")
 CACHES = ("none", "prefix", "dual", "dllm")
+LM_EVAL_DEFAULT_DEVICE = "cuda:0"  # what lm-eval's CLI passes when no --device was given
+
+if __name__ == "__main__":
+    # `python -m dllm_bench.lm_eval_adapter ...`: import this file under its package name, so the model is
+    # registered once (the .pth hook of `make setup` registers that name too), then hand over to lm-eval's CLI.
+    from dllm_bench.lm_eval_adapter import main as _main
+
+    _main()
+    raise SystemExit(0)
 
 
 @dataclass
@@ -68,13 +78,21 @@ def _build_decoding(selector: str, cache: str, steps: int | None, gen_length: in
     return policy, sel, cache_obj
 
 
+def device_requested(device: str | None, argv: list[str] | None = None) -> bool:
+    """Whether `device` is the user's choice rather than lm-eval's CLI default (`cuda:0` without --device)."""
+    if device is None:
+        return False
+    argv = sys.argv if argv is None else argv
+    return device != LM_EVAL_DEFAULT_DEVICE or any(a == "--device" or a.startswith("--device=") for a in argv)
+
+
 @register_model("dllm_bench")
 class DllmBenchLM(LM):
     """generate_until through `dllm_bench.decoding.generate`; loglikelihood by LLaDA's Monte-Carlo masked estimate."""
 
     def __init__(
         self,
-        model: str,
+        model: str | None = None,
         selector: str = "frechet",
         delta: float = 0.25,
         tau: float = 0.9,
@@ -97,9 +115,15 @@ class DllmBenchLM(LM):
         device: str | None = None,
         stats_path: str | None = None,
         max_length: int | None = None,
+        pretrained: str | None = None,
         **unused: Any,
     ) -> None:
         super().__init__()
+        if (model is None) == (pretrained is None):
+            raise ValueError(f"model={model!r}, pretrained={pretrained!r}: give the checkpoint (hub id or local "
+                             "directory) once, as pretrained= (lm-eval then names its output folder after it) "
+                             "or model=")
+        model = str(model if pretrained is None else pretrained)
         if unused:
             raise ValueError(f"unknown model_args {sorted(unused)}; see dllm_bench/lm_eval_adapter.py for the list")
         if mc_num < 1 or mc_batch_size < 1 or mc_num % mc_batch_size:
@@ -149,8 +173,10 @@ class DllmBenchLM(LM):
             if cuda:
                 torch.cuda.set_device(local)
         elif device and device.startswith("cuda") and not torch.cuda.is_available():
-            # lm-eval's CLI passes --device cuda by default, also on machines without a GPU
-            log.warning("device=%r requested but CUDA is not available; using cpu", device)
+            if device_requested(device):
+                log.warning("device=%r requested but CUDA is not available; using cpu", device)
+            else:  # lm-eval's CLI default, also on machines without a GPU
+                log.info("no CUDA device: running on cpu")
             self._device = "cpu"
         else:
             self._device = device or ("cuda" if torch.cuda.is_available() else "cpu")

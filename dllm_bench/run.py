@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import logging
-import sys
+import os
 
 import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from dllm_bench.runner.config import CONF_DIR, register_resolvers
+from dllm_bench.runner.errors import CHOICE_ENV, TRACEBACK_ENV, report, traceback_requested
 from dllm_bench.runner.validate import ConfigError
+
+PROG = "dllm-bench"
 
 log = logging.getLogger("dllm_bench.run")
 register_resolvers()
@@ -39,7 +42,12 @@ def app(cfg: DictConfig) -> dict | None:
         resolve_per_job_device(cfg)
         row = execute(cfg)
     except ConfigError as err:
-        print(f"dllm-bench: config error: {err}", file=sys.stderr)
+        report(PROG, err, "config error")
+        raise SystemExit(2) from None
+    except Exception as err:  # data, weights, hub, disk: the message names the culprit; HYDRA_FULL_ERROR=1 for more
+        if traceback_requested():
+            raise
+        report(PROG, err)
         raise SystemExit(2) from None
     if row is not None:
         print(f"{row['run_id']}: accuracy {row['accuracy']:.4f} "
@@ -51,7 +59,27 @@ def app(cfg: DictConfig) -> dict | None:
 
 
 def main() -> None:
-    app()
+    """The console script: Hydra's own errors (composition, output folders) become one line too."""
+    saved = {key: os.environ.get(key) for key in (CHOICE_ENV, TRACEBACK_ENV)}
+    wants_traceback = traceback_requested()
+    os.environ[CHOICE_ENV] = "1" if wants_traceback else "0"
+    os.environ[TRACEBACK_ENV] = "1"  # Hydra re-raises instead of printing a stripped traceback and exiting 1
+    try:
+        app()
+    except BrokenPipeError:  # output piped into a reader that stopped (`dllm-bench --help | head`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+        raise SystemExit(0) from None
+    except Exception as err:
+        if wants_traceback:
+            raise
+        report(PROG, err)
+        raise SystemExit(2) from None
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 if __name__ == "__main__":

@@ -1,5 +1,9 @@
 """`make demo`: sweep decoding rules x caches on the embedded tiny model; print a table, write CSVs and a Pareto plot.
 
+Accuracy, NFE and tokens/forward come from the sweep (`--jobs` runs at once); tokens/s and latency come from a
+sequential timing pass (one run at a time, `--timing-limit` puzzles per setting), since runs sharing the CPUs
+slow each other down unevenly. Each timed run records the load average at its start and end.
+
     python scripts/demo.py             # resumes finished runs under results/demo/
     python scripts/demo.py --fresh     # deletes results/demo/ first
     python scripts/demo.py --limit 50  # fewer problems
@@ -11,7 +15,6 @@ import argparse
 import csv
 import multiprocessing as mp
 import shutil
-import subprocess
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -22,8 +25,11 @@ sys.path.insert(0, str(REPO))
 
 from hydra import compose, initialize_config_dir  # noqa: E402
 
+from dllm_bench.report.pareto import plot_frontiers, run_points  # noqa: E402
+from dllm_bench.report.runs import read_runs  # noqa: E402
 from dllm_bench.runner.config import CONF_DIR  # noqa: E402
 from dllm_bench.runner.engine import loaded_models  # noqa: E402
+from dllm_bench.runner.environment import cpu_count, load_average  # noqa: E402
 from dllm_bench.runner.execute import execute  # noqa: E402
 
 # (label, parameter shown in the table, overrides); every method runs without a cache and with the dual cache
@@ -39,7 +45,10 @@ METHODS = [
 ]
 CACHES = ("none", "dual")
 TABLE_COLUMNS = ("method", "param", "cache", "accuracy", "ci95", "nfe_mean", "tokens_per_forward", "tokens_per_s",
-                 "latency_s_mean", "run_id")
+                 "latency_s_mean", "load", "run_id")
+TIMING_NAME = "timing"  # the timing pass's runs: <output_dir>/demo/timing/<run_id>/ (name=timing there)
+SPEED_COLUMNS = ("tokens_per_s", "latency_s_mean", "wall_time_s_total", "load_avg_start", "load_avg_end",
+                 "machine_loaded", "cpu_count")
 
 
 _WARM = False  # set once this process has run a warm-up batch (the model and allocator are then warm)
@@ -70,15 +79,30 @@ def sweep(limit: int, output_dir: Path, extra: list[str], jobs: int, methods: li
         return list(pool.map(run_one, todo))
 
 
+def with_timing(rows: list[dict], timed: list[dict]) -> list[dict]:
+    """Sweep rows whose speed columns are replaced by the timing pass's (same settings, same order)."""
+    out = []
+    for row, t in zip(rows, timed):
+        assert (row["method"], row["param"], row["cache"]) == (t["method"], t["param"], t["cache"])
+        out.append({**row, **{k: t.get(k) for k in SPEED_COLUMNS}, "timing_n": t["n_samples"]})
+    return out
+
+
+def _load_text(r: dict) -> str:
+    start, end = r.get("load_avg_start"), r.get("load_avg_end")
+    return "?" if start is None or end is None else f"{float(start):.2f}/{float(end):.2f}"
+
+
 def format_table(table: list[dict]) -> list[dict]:
     out = []
     for r in table:
+        mark = "‡" if r.get("machine_loaded") is True else ""
         out.append({
             "method": r["method"], "param": r["param"], "cache": r["cache"],
             "accuracy": f"{r['accuracy']:.3f}", "ci95": f"[{r['accuracy_ci_low']:.3f}, {r['accuracy_ci_high']:.3f}]",
             "nfe_mean": f"{r['nfe_mean']:.2f}", "tokens_per_forward": f"{r['tokens_per_forward']:.3f}",
-            "tokens_per_s": f"{r['tokens_per_s']:.1f}", "latency_s_mean": f"{r['latency_s_mean']:.3f}",
-            "run_id": r["run_id"],
+            "tokens_per_s": f"{r['tokens_per_s']:.1f}{mark}", "latency_s_mean": f"{r['latency_s_mean']:.3f}{mark}",
+            "load": _load_text(r), "run_id": r["run_id"],
         })
     return out
 
@@ -91,35 +115,14 @@ def print_table(rows: list[dict]) -> None:
         print("  ".join(r[c].ljust(widths[c]) for c in TABLE_COLUMNS))
 
 
-def plot(runs_csv: Path, out_dir: Path) -> str:
-    """The reports layer's Pareto plot when present; otherwise a minimal accuracy-vs-NFE scatter."""
-    script = REPO / "scripts" / "plot_pareto.py"
-    if script.exists():
-        done = subprocess.run([sys.executable, str(script), "--runs", str(runs_csv), "--out-dir", str(out_dir)],
-                              cwd=REPO, capture_output=True, text=True)
-        if done.returncode == 0:
-            return f"scripts/plot_pareto.py -> {out_dir}"
-        print(f"scripts/plot_pareto.py failed ({done.stderr.strip()[-300:]}); plotting minimally instead")
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    with open(runs_csv, newline="") as f:
-        runs = list(csv.DictReader(f))
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for cache, marker in (("none", "o"), ("dual", "s")):
-        pts = [r for r in runs if r["cache.name"] == cache]
-        ax.scatter([float(r["nfe_mean"]) for r in pts], [float(r["accuracy"]) for r in pts], marker=marker,
-                   label=f"cache={cache}")
-        for r in pts:
-            ax.annotate(r["rule.name"] if r["rule.name"] != "none" else r["policy.name"], (float(r["nfe_mean"]), float(r["accuracy"])), fontsize=7)
-    ax.set_xlabel("mean NFE per sample")
-    ax.set_ylabel("accuracy")
-    ax.legend()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_dir / "demo_pareto_nfe.png", dpi=120, bbox_inches="tight")
-    return f"minimal plot (scripts/plot_pareto.py unavailable) -> {out_dir / 'demo_pareto_nfe.png'}"
+def plot(runs_csv: Path, timed: list[dict], out_dir: Path, title: str) -> Path:
+    """The Pareto plot of the sweep's runs, their tokens/s taken from the timing pass."""
+    runs = read_runs([runs_csv])
+    speed = {r["run_id"]: r for r in timed}
+    for column in ("tokens_per_s", "machine_loaded"):
+        before = runs[column] if column in runs else [""] * len(runs)
+        runs[column] = [str(speed[i].get(column)) if i in speed else v for i, v in zip(runs["run_id"], before)]
+    return plot_frontiers(run_points(runs), out_dir / "demo_pareto", title=title)[0]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -128,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output-dir", default=str(REPO / "results"))
     parser.add_argument("--fresh", action="store_true", help="delete results/demo first")
     parser.add_argument("--jobs", type=int, default=2, help="runs in parallel, one CPU thread each (default 2)")
+    parser.add_argument("--timing-limit", type=int, default=50,
+                        help="puzzles per setting in the sequential timing pass (default 50; with --jobs 1 the "
+                             "sweep itself is sequential and times every puzzle)")
     parser.add_argument("--methods", help="comma-separated subset of: " + ", ".join(dict.fromkeys(m for m, _, _ in METHODS)))
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run (e.g. batch_size=25)")
     args = parser.parse_args(argv)
@@ -137,25 +143,46 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"--methods {','.join(unknown)}: unknown; choose from {', '.join(dict.fromkeys(known))}")
     methods = [m for m in METHODS if m[0] in wanted]
+    for flag, value in (("--limit", args.limit), ("--timing-limit", args.timing_limit), ("--jobs", args.jobs)):
+        if value < 1:
+            parser.error(f"{flag} {value}: an integer >= 1 is required")
     output_dir = Path(args.output_dir).resolve()
     demo_dir = output_dir / "demo"
     if args.fresh and demo_dir.exists():
         shutil.rmtree(demo_dir)
     start = time.perf_counter()
+    load_start = load_average()
     print(f"dllm-bench demo: {len(methods)} settings x caches {CACHES} on {args.limit} tiny Sudoku problems, "
-          f"{args.jobs} parallel job(s)")
-    table = format_table(sweep(args.limit, output_dir, ["progress=false", *args.overrides], args.jobs, methods))
+          f"{args.jobs} parallel job(s); load average {load_start} on {cpu_count()} CPUs")
+    extra = ["progress=false", *args.overrides]
+    rows = sweep(args.limit, output_dir, extra, args.jobs, methods)
     sweep_s = time.perf_counter() - start
+    if args.jobs > 1:
+        timing_limit = min(args.timing_limit, args.limit)
+        print(f"\ntiming pass: the same settings one at a time on {timing_limit} problems each")
+        timed = sweep(timing_limit, demo_dir, [*extra, f"name={TIMING_NAME}"], 1, methods)
+        speed_source = (f"a sequential timing pass ({timing_limit} problems per setting, one run at a time; "
+                        f"runs under {demo_dir / TIMING_NAME})")
+    else:
+        timed = rows
+        speed_source = "the sweep itself (one run at a time)"
+    table = format_table(with_timing(rows, timed))
     print()
     print_table(table)
+    print(f"\naccuracy, ci95, NFE, tokens/forward: {args.limit} problems per setting ({args.jobs} job(s) at once).\n"
+          f"tokens_per_s, latency_s_mean: {speed_source}.\n"
+          f"load: 1-minute load average at the start/end of each timed run, on {cpu_count()} CPUs; "
+          "‡ = loaded (load above the CPU count): that figure is slower than the machine can do.")
     summary_csv = demo_dir / "demo_table.csv"
     with open(summary_csv, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=TABLE_COLUMNS)
         writer.writeheader()
         writer.writerows(table)
-    plotted = plot(demo_dir / "runs.csv", demo_dir / "plots")
-    print(f"\nruns: {demo_dir / 'runs.csv'}\ntable: {summary_csv}\nplot: {plotted}")
-    print(f"sweep {sweep_s:.1f}s, total {time.perf_counter() - start:.1f}s")
+    png = plot(demo_dir / "runs.csv", timed, demo_dir / "plots",
+               title="make demo: tokens/s from " + ("the sequential timing pass" if timed is not rows else "the sweep"))
+    print(f"\nruns: {demo_dir / 'runs.csv'}\ntable: {summary_csv}\nplot: {png}")
+    print(f"sweep {sweep_s:.1f}s, total {time.perf_counter() - start:.1f}s; "
+          f"load average {load_start} at the start, {load_average()} at the end")
     return 0
 
 

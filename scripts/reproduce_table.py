@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+DEFAULT_RESULTS = REPO / "results"
 sys.path.insert(0, str(REPO))
 # Building a table never downloads: config checks must not wait on the hub. Runs get the caller's environment.
 RUN_ENV = dict(os.environ)
@@ -26,18 +27,19 @@ os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
 from dllm_bench.report.build import CellResult, resolve_table  # noqa: E402
 from dllm_bench.report.estimate import table_gpu_hours  # noqa: E402
 from dllm_bench.report.pareto import plot_frontiers, published_points, run_points  # noqa: E402
-from dllm_bench.report.profile import analyse_profiles, plot_profile, profile_markdown, read_trace_steps  # noqa: E402
+from dllm_bench.report.profile import TraceGroup, analyse_group, plot_profile, profile_markdown  # noqa: E402
 from dllm_bench.report.render import write_table  # noqa: E402
 from dllm_bench.report.runs import compose_config, find_runs_csv, override_list, read_runs  # noqa: E402
-from dllm_bench.report.tables import TABLES, TableSpec, get_table  # noqa: E402
+from dllm_bench.report.tables import TABLES, TableSpec, get_table, table_cells  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog=Path(__file__).name, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     which = parser.add_mutually_exclusive_group(required="--cells" not in (argv if argv is not None else sys.argv))
     which.add_argument("--table", help=f"one of: {', '.join(TABLES)}")
     which.add_argument("--all", action="store_true", help="every table")
-    parser.add_argument("--results-dir", default=str(REPO / "results"), help="where the runner writes runs")
+    parser.add_argument("--results-dir", default=str(DEFAULT_RESULTS), help="where the runner writes runs")
     parser.add_argument("--out", default=str(REPO / "results" / "tables"), help="Markdown/LaTeX/CSV output folder")
     parser.add_argument("--no-run", action="store_true", help="build from existing runs only")
     parser.add_argument("--dry-run", action="store_true", help="print the commands of missing cells, run nothing")
@@ -50,7 +52,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="print what every paper-table cell runs (the listing in docs/reports.md) and exit")
     args = parser.parse_args(argv)
     if args.table:
-        get_table(args.table)  # unknown name: the error lists the known tables
+        try:
+            get_table(args.table)
+        except ValueError as err:  # one line naming the bad name and the known tables, before any work
+            print(f"{parser.prog}: error: {err}", file=sys.stderr)
+            raise SystemExit(2) from None
+    if args.limit is not None and args.limit < 1:
+        print(f"{parser.prog}: error: --limit {args.limit} is not allowed: an integer >= 1 is required",
+              file=sys.stderr)
+        raise SystemExit(2)
     args.extra = {}
     for item in args.set:
         key, sep, value = item.partition("=")
@@ -97,14 +107,35 @@ def run_cell(spec: TableSpec, result: CellResult, results_dir: Path, limit: int 
     return done.returncode == 0
 
 
+def dry_run_command(spec: TableSpec, result: CellResult, args: argparse.Namespace) -> str:
+    """The cell's command with this invocation's results folder and limit, so its run lands where the table
+    reads; GPU cells say which key points a task at local files on an offline machine."""
+    extra = []
+    if Path(args.results_dir).resolve() != DEFAULT_RESULTS.resolve():
+        extra.append(f"output_dir={args.results_dir}")
+    if args.limit is not None:
+        extra.append(f"limit={args.limit}")
+    command = " ".join([result.command, *extra])
+    if spec.needs_gpu and result.status == "missing":
+        task = result.cell.overrides.get("task", "the task")
+        command += f"  # offline: add task.data_dir=<folder with {task}'s files>"
+    return command
+
+
 def build(spec: TableSpec, args: argparse.Namespace, can_gpu: bool) -> list[CellResult]:
     results_dir = Path(args.results_dir)
     results = resolve_table(spec, read_runs(find_runs_csv(results_dir)), extra=args.extra)
     runnable = [r for r in results if r.status == "missing" and (not spec.needs_gpu or can_gpu)]
     if args.dry_run:
-        for r in results:
-            if r.command and r.status != "ok":
-                print(f"[{spec.name}] {r.status}: {r.command}")
+        todo = [r for r in results if r.command and r.status != "ok"]
+        for r in todo:
+            print(f"[{spec.name}] {r.status}: {dry_run_command(spec, r, args)}")
+        if not todo and all(r.status == "ok" for r in results):
+            print(f"[{spec.name}] all {len(results)} cells filled")
+        else:
+            counts = {s: sum(r.status == s for r in results) for s in ("ok", "missing", "unavailable")}
+            print(f"[{spec.name}] {counts['ok']} of {len(results)} cells filled, {counts['missing']} missing, "
+                  f"{counts['unavailable']} not runnable here")
         return results
     if runnable and not args.no_run:
         print(f"[{spec.name}] running {len(runnable)} missing cell(s)", flush=True)
@@ -139,30 +170,37 @@ def write_frontiers(spec: TableSpec, results: list[CellResult], results_dir: Pat
 
 
 def write_profile(spec: TableSpec, results: list[CellResult], results_dir: Path, out: Path) -> None:
-    """Confidence-profile analysis of the table's traced Fréchet runs (all traced runs if none is Fréchet)."""
-    found = []
+    """Confidence-profile analysis of the table's traced Fréchet runs of one δ (the most runs; smallest δ on ties)."""
+    by_delta: dict[float, list[Path]] = {}
     for r in results:
-        if r.aggregate is None or r.config is None:
+        if r.aggregate is None or r.config is None or r.config["rule"]["name"] != "frechet":
             continue
         for run_id in r.aggregate.run_ids:
-            found.append((r.config["rule"]["name"], results_dir / r.config["name"] / run_id / "traces.jsonl"))
-    files = [p for name, p in found if name == "frechet" and p.is_file()] or [p for _, p in found if p.is_file()]
-    if not files:
-        print(f"[{spec.name}] no traces.jsonl in its runs: no confidence-profile analysis", flush=True)
+            path = results_dir / r.config["name"] / run_id / "traces.jsonl"
+            if path.is_file():
+                by_delta.setdefault(float(r.config["rule"]["delta"]), []).append(path)
+    if not by_delta:
+        print(f"[{spec.name}] no traced Fréchet run: no confidence-profile analysis", flush=True)
         return
-    analysis = analyse_profiles(read_trace_steps(files))
+    delta, files = max(sorted(by_delta.items()), key=lambda item: len(item[1]))
+    group = TraceGroup(f"frechet δ={delta:g}", "frechet", {"delta": delta}, tuple(files))
+    analysis = analyse_group(group)
     md = out / f"{spec.name}_profile.md"
     md.write_text(profile_markdown(analysis), encoding="utf-8")
-    plot_profile(analysis, out.parent / "plots" / f"{spec.name}_profile", title=f"{spec.name}: {len(files)} run(s)")
+    plot_profile(analysis, out.parent / "plots" / f"{spec.name}_profile", title=f"{spec.name}: {analysis.source}")
     print(f"[{spec.name}] confidence profiles of {len(files)} traced run(s) -> {md}", flush=True)
 
 
-def print_estimates(specs: list[TableSpec]) -> None:
-    print("| table | runnable cells | expected GPU hours (paper's GPU) |\n|---|---|---|")
+def print_estimates(specs: list[TableSpec], limit: int | None = None) -> None:
+    """Expected GPU hours per table (at most `limit` documents per cell); CPU tables say so."""
+    per_cell = "whole benchmark" if limit is None else f"at most {limit} documents per cell"
+    print(f"| table | runnable cells | expected GPU hours (paper's GPU; {per_cell}) |\n|---|---|---|")
     for spec in specs:
-        if spec.paper is None:
+        if not spec.needs_gpu:
+            cells = sum(c.unavailable is None for c in table_cells(spec))
+            print(f"| {spec.name} | {cells} | none: runs on the CPU (docs/reports.md gives a measured time) |")
             continue
-        hours, counted, unknown = table_gpu_hours(spec)
+        hours, counted, unknown = table_gpu_hours(spec, limit)
         extra = f" (+{unknown} cells without a printed throughput)" if unknown else ""
         print(f"| {spec.name} | {counted + unknown} | {hours:.1f}{extra} |")
 
@@ -176,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     specs = list(TABLES.values()) if args.all else [get_table(args.table)]
     if args.estimate:
-        print_estimates(specs)
+        print_estimates(specs, args.limit)
         return 0
     can_gpu = args.gpu or cuda_available()
     for spec in specs:

@@ -26,6 +26,8 @@ class Aggregate:
     nfe_mean: float          # NFE per document
     tokens_per_forward: float
     run_ids: tuple[str, ...]
+    task_docs: int | None = None   # documents the task has (runs.csv `task_docs`; None for older runs)
+    loaded: bool | None = None     # any pooled run timed on a loaded machine (None: not recorded)
 
 
 REQUIRED_COLUMNS = ("run_id", "n_samples", "n_correct", "nfe_total", "tokens_total", "wall_time_s_total")
@@ -36,6 +38,19 @@ def _repeat_key(frame: pd.DataFrame) -> pd.Series:
     seed = frame["seed"].astype(str) if "seed" in frame else pd.Series("0", index=frame.index)
     name = frame["name"].astype(str) if "name" in frame else pd.Series("", index=frame.index)
     return seed + "|" + name
+
+
+def _task_docs(rows: pd.DataFrame) -> int | None:
+    values = pd.to_numeric(rows["task_docs"], errors="coerce").dropna() if "task_docs" in rows else []
+    return int(max(values)) if len(values) else None
+
+
+def _loaded(rows: pd.DataFrame) -> bool | None:
+    """True if any run was timed on a loaded machine, False if every run records an unloaded one."""
+    flags = rows["machine_loaded"].astype(str) if "machine_loaded" in rows else pd.Series("", index=rows.index)
+    if (flags == "True").any():
+        return True
+    return False if len(flags) and (flags == "False").all() else None
 
 
 def aggregate_runs(rows: pd.DataFrame) -> Aggregate:
@@ -78,4 +93,6 @@ def aggregate_runs(rows: pd.DataFrame) -> Aggregate:
         nfe_mean=float(per_repeat["nfe_total"].sum()) / total_n,
         tokens_per_forward=float(per_repeat["tokens_total"].sum() / per_repeat["nfe_total"].sum()),
         run_ids=tuple(sorted(set(rows["run_id"].astype(str)))),
+        task_docs=_task_docs(rows),
+        loaded=_loaded(rows),
     )

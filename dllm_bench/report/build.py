@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +33,30 @@ class CellResult:
     other: tuple[str, Aggregate] | None = None  # (the other scoring mode, its pooled result on the same runs)
 
     @property
+    def full_size(self) -> int | None:
+        """Documents a complete cell covers: the paper's benchmark size, else the task's document count."""
+        if self.cell.published is not None:
+            return BENCHMARK_SIZES.get(self.cell.published["task"])
+        if self.aggregate is not None and self.aggregate.task_docs is not None:
+            return self.aggregate.task_docs
+        return task_size(json.dumps(self.config["task"], sort_keys=True)) if self.config else None
+
+    @property
     def partial(self) -> bool:
-        """True when the pooled run covers fewer documents than the benchmark the paper ran."""
-        if self.aggregate is None or self.cell.published is None:
-            return False
-        size = BENCHMARK_SIZES.get(self.cell.published["task"])
-        return size is not None and self.aggregate.n_samples < size
+        """True when the pooled run covers fewer documents than the paper's benchmark (or the task) has."""
+        size = self.full_size
+        return self.aggregate is not None and size is not None and self.aggregate.n_samples < size
+
+
+@lru_cache(maxsize=64)
+def task_size(task_json: str) -> int | None:
+    """Number of documents of a task config (for runs recorded before runs.csv had `task_docs`)."""
+    from dllm_bench.runner.validate import build_task
+
+    try:
+        return len(build_task(json.loads(task_json)).all_docs())
+    except Exception:  # data not reachable here: the cell is shown without a completeness mark
+        return None
 
 
 def cell_command(spec: TableSpec, cell: Cell) -> str:

@@ -9,8 +9,9 @@ from dllm_bench.report.tables import BENCHMARK_SIZES, TableSpec, table_cells
 TOK_PER_NFE = re.compile(r"Tok/NFE ([0-9.]+)")
 
 
-def cell_gpu_hours(cell) -> float | None:
-    """Hours one cell took on the paper's GPU, or None where the paper prints no throughput.
+def cell_gpu_hours(cell, limit: int | None = None) -> float | None:
+    """Hours one cell takes on the paper's GPU (on at most `limit` documents), or None where the paper prints
+    no throughput.
 
     Tokens per document: Tok/NFE x NFE / documents where the paper prints both (Fast-dLLM++), else the
     generation length (an upper bound: the throughput counts only the answer's tokens).
@@ -27,16 +28,17 @@ def cell_gpu_hours(cell) -> float | None:
     match, nfe = TOK_PER_NFE.search(row["note"]), row.number("nfe")
     if match and nfe:
         tokens = min(tokens, float(match.group(1)) * nfe / docs)
-    return docs * tokens / speed / 3600.0
+    run_docs = docs if limit is None else min(docs, limit)
+    return run_docs * tokens / speed / 3600.0
 
 
-def table_gpu_hours(spec: TableSpec) -> tuple[float, int, int]:
+def table_gpu_hours(spec: TableSpec, limit: int | None = None) -> tuple[float, int, int]:
     """(hours summed over the runnable cells, cells counted, cells without an estimate)."""
     hours, counted, unknown = 0.0, 0, 0
     for cell in table_cells(spec):
         if cell.unavailable:
             continue
-        h = cell_gpu_hours(cell)
+        h = cell_gpu_hours(cell, limit)
         if h is None:
             unknown += 1
         else:

@@ -17,7 +17,9 @@ import pandas as pd
 import torch
 
 from dllm_bench.decoding.selectors import factor_count_sorted, frechet_count_sorted, frechet_gap_sorted
-from dllm_bench.report.pareto import save_figure
+from dllm_bench.report.pareto import PARAM_LABELS, method_name, save_figure
+from dllm_bench.report.runs import read_runs
+from dllm_bench.runner.config import flatten
 
 RULE_PAIRS = (("frechet", "factor"), ("frechet", "threshold"), ("factor", "threshold"))
 
@@ -38,6 +40,57 @@ def read_trace_steps(paths: list[Path | str]) -> list[dict]:
                     if step and step.get("sorted_confidences"):
                         steps.append({**step, "sample_id": record.get("sample_id"), "source": str(path)})
     return steps
+
+
+# the counterfactual parameter each traced rule's own runs are analysed with
+RULE_PARAMS = {"threshold": "tau", "factor": "f", "frechet": "delta"}
+
+
+@dataclass(frozen=True)
+class TraceGroup:
+    """Traced runs of one selector and parameter: what their profiles can be read as."""
+
+    label: str                 # e.g. "frechet δ=0.25", "topk", "oracle"
+    selector: str
+    params: dict[str, float]   # the group's own rule parameter (empty for other selectors)
+    files: tuple[Path, ...]
+
+
+def _run_setting(run_dir: Path) -> dict[str, str] | None:
+    """A run folder's flattened config: its run.json, else its row of the sibling runs.csv."""
+    info = run_dir / "run.json"
+    if info.is_file():
+        return {k: str(v) for k, v in flatten(json.loads(info.read_text())["config"]).items()}
+    runs_csv = run_dir.parent / "runs.csv"
+    if runs_csv.is_file():
+        rows = read_runs([runs_csv])
+        match = rows[rows["run_id"] == run_dir.name]
+        if len(match):
+            return dict(match.iloc[0])
+    return None
+
+
+def trace_groups(results_dir: Path | str) -> list[TraceGroup]:
+    """Every `<results>/<name>/<run>/traces.jsonl`, grouped by selector and its parameter (sorted by label).
+
+    Pooling traces of different selectors would mix trajectories (a sequential run commits one token per
+    step, the oracle many), so each group is analysed on its own."""
+    groups: dict[str, tuple[str, dict[str, float], list[Path]]] = {}
+    for path in sorted(Path(results_dir).glob("*/*/traces.jsonl")):
+        setting = _run_setting(path.parent)
+        if setting is None:
+            label, selector, params = f"unknown setting ({path.parent.name})", "", {}
+        else:
+            rule = str(setting.get("rule.name", ""))
+            selector = method_name(str(setting.get("policy.name", "blocks")), rule)
+            column, symbol = PARAM_LABELS.get(rule, (None, ""))
+            value = setting.get(column, "") if column else ""
+            params = {RULE_PARAMS[rule]: float(value)} if column and value not in ("", "nan") else {}
+            label = f"{selector} {symbol}={float(value):g}" if params else selector
+            preset = setting.get("policy.preset", "")
+            label += f" ({preset} preset)" if preset and preset not in ("", "nan") else ""
+        groups.setdefault(label, (selector, params, []))[2].append(path)
+    return [TraceGroup(label, sel, params, tuple(files)) for label, (sel, params, files) in sorted(groups.items())]
 
 
 def padded_profiles(steps: list[dict]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -69,6 +122,7 @@ class ProfileAnalysis:
     decomposition: pd.DataFrame  # one row per step: n (Fréchet's choice), core, bonus, gap
     comparison: pd.DataFrame   # one row per rule pair: more, equal, fewer (fractions of steps)
     params: dict[str, float]
+    source: str = ""           # whose traces: e.g. "frechet δ=0.25: 3 traced run(s)"
 
     def commit_distribution(self) -> pd.DataFrame:
         """Number of steps committing k tokens, per rule (rows k, columns rules)."""
@@ -76,7 +130,8 @@ class ProfileAnalysis:
         return pd.DataFrame({c: self.commits[c].value_counts() for c in cols}).fillna(0).astype(int).sort_index()
 
 
-def analyse_profiles(steps: list[dict], tau: float = 0.9, f: float = 0.75, delta: float = 0.25) -> ProfileAnalysis:
+def analyse_profiles(steps: list[dict], tau: float = 0.9, f: float = 0.75, delta: float = 0.25,
+                     source: str = "") -> ProfileAnalysis:
     """Apply threshold τ, factor f and Fréchet δ to every traced step and compare them."""
     if not steps:
         raise ValueError("no traced steps with candidates: run with trace=true (the tiny preset does)")
@@ -100,7 +155,15 @@ def analyse_profiles(steps: list[dict], tau: float = 0.9, f: float = 0.75, delta
         diff = np.sign(commits[a].to_numpy() - commits[b].to_numpy())
         rows.append({"rule": a, "versus": b, "more": float(np.mean(diff > 0)), "equal": float(np.mean(diff == 0)),
                      "fewer": float(np.mean(diff < 0))})
-    return ProfileAnalysis(commits, decomposition, pd.DataFrame(rows), {"tau": tau, "f": f, "delta": delta})
+    return ProfileAnalysis(commits, decomposition, pd.DataFrame(rows), {"tau": tau, "f": f, "delta": delta},
+                           source)
+
+
+def analyse_group(group: TraceGroup, tau: float = 0.9, f: float = 0.75, delta: float = 0.25) -> ProfileAnalysis:
+    """The analysis of one group's traces; a threshold/factor/Fréchet group is read with its own parameter."""
+    params = {"tau": tau, "f": f, "delta": delta, **group.params}
+    return analyse_profiles(read_trace_steps(list(group.files)), **params,
+                            source=f"{group.label}: {len(group.files)} traced run(s)")
 
 
 def plot_profile(analysis: ProfileAnalysis, out_stem: Path | str, title: str = "") -> list[Path]:
@@ -117,7 +180,8 @@ def plot_profile(analysis: ProfileAnalysis, out_stem: Path | str, title: str = "
     axes[0].set_ylabel("steps")
     axes[0].set_title("commits per step by rule (same profiles)")
     dec = analysis.decomposition
-    axes[1].scatter(dec["core"], dec["bonus"], s=8, alpha=0.5, c=dec["n"], cmap="viridis")
+    points = axes[1].scatter(dec["core"], dec["bonus"], s=8, alpha=0.5, c=dec["n"], cmap="viridis")
+    fig.colorbar(points, ax=axes[1], label="n: tokens Fréchet commits in the step")
     lo = float(min(dec["core"].min(), -1.0))
     xs = np.linspace(lo, 1.0, 50)
     axes[1].plot(xs, analysis.params["delta"] - xs, "k--", lw=1, label="core + B = δ (commit boundary)")
@@ -129,8 +193,9 @@ def plot_profile(analysis: ProfileAnalysis, out_stem: Path | str, title: str = "
     comp[["more", "equal", "fewer"]].plot.barh(stacked=True, ax=axes[2])
     axes[2].set_xlabel("fraction of steps")
     axes[2].set_title("which rule commits more")
-    if title:
-        fig.suptitle(title)
+    heading = title or analysis.source
+    fig.suptitle(f"{heading} ({len(analysis.commits)} traced steps)" if heading else
+                 f"{len(analysis.commits)} traced steps")
     fig.tight_layout()
     return save_figure(fig, out_stem)
 
@@ -138,8 +203,11 @@ def plot_profile(analysis: ProfileAnalysis, out_stem: Path | str, title: str = "
 def profile_markdown(analysis: ProfileAnalysis) -> str:
     """The analysis as Markdown tables (distribution, mean commits, comparison)."""
     p = analysis.params
-    lines = [f"## Confidence profiles: threshold τ={p['tau']:g}, factor f={p['f']:g}, Fréchet δ={p['delta']:g}", "",
-             f"{len(analysis.commits)} traced steps; every rule applied to the same sorted confidences.", "",
+    rules = f"threshold τ={p['tau']:g}, factor f={p['f']:g}, Fréchet δ={p['delta']:g}"
+    heading = f"## Confidence profiles of {analysis.source}" if analysis.source else f"## Confidence profiles: {rules}"
+    lines = [heading, "",
+             f"{len(analysis.commits)} traced steps; every rule ({rules}) applied to the same sorted confidences; "
+             "`observed` = what the traced runs committed.", "",
              "Mean tokens per step: " + ", ".join(
                  f"{c} {analysis.commits[c].mean():.3f}" for c in ("observed", "threshold", "factor", "frechet")), "",
              "| tokens in step | observed | threshold | factor | frechet |", "|---|---|---|---|---|"]

@@ -12,10 +12,11 @@ from dllm_bench.report.build import CellResult, reproduced_value
 from dllm_bench.report.published import decimals
 from dllm_bench.report.tables import METRIC_LABELS, TableSpec
 
+TIMED_METRICS = ("tokens_per_s", "speedup")
 DEFAULT_DECIMALS = {"accuracy": 1, "tokens_per_s": 1, "nfe": 0, "speedup": 2, "tokens_per_forward": 2, "nfe_mean": 1}
 LONG_COLUMNS = (
     "table", "row", "column", "metric", "published", "reproduced", "delta", "ci_low", "ci_high", "spread_sd",
-    "n_samples", "n_repeats", "status", "run_ids", "reason", "command",
+    "n_samples", "n_full", "n_repeats", "loaded", "status", "run_ids", "reason", "command",
 )
 
 
@@ -65,8 +66,10 @@ def _ours_text(result: CellResult, e: Entry) -> str:
             text += f" ({mode} {_fmt(other.accuracy, e.ndigits)})"
     if e.metric == "tokens_per_s" and agg is not None and not math.isnan(agg.tokens_per_s_sd):
         text += f" ±{_fmt(agg.tokens_per_s_sd, e.ndigits)}"
+    if e.metric in TIMED_METRICS and agg is not None and agg.loaded:
+        text += "‡"
     if result.partial:
-        text += "†"
+        text += f" n={agg.n_samples}†" if e.metric == "accuracy" else "†"
     return text
 
 
@@ -118,13 +121,20 @@ def _note_lines(results: list[CellResult], numbers: dict[int, int]) -> list[str]
     return lines
 
 
+OFFLINE_NOTE = ("Offline machines: add `task.data_dir=<folder with the benchmark's files>` (e.g. "
+                "`../shared/data/gsm8k`) to the commands, and a local `model.name_or_path`.")
+LOADED_NOTE = "‡ = throughput measured on a loaded machine (load average above the CPU count)"
+
+
 def _legend(spec: TableSpec) -> str:
     if spec.paper is None:
         return ("Each cell: our value (accuracy with its 95 % Wilson interval; ± = spread over repeats). "
+                "n=… † = run on fewer documents than the task has; " + LOADED_NOTE + "; "
                 "`missing [n]`: no run yet, note n gives the command.")
     return ("Each cell: published / reproduced (reproduced − published). Reproduced accuracy carries its 95 % "
-            "Wilson interval; † = run on fewer documents than the paper; `missing [n]`: no run yet, note n gives "
-            "the command that fills it; `n/a [n]`: this harness cannot run it (note n says why); — = not printed.")
+            "Wilson interval; n=… † = run on fewer documents than the paper; " + LOADED_NOTE + "; `missing [n]`: "
+            "no run yet, note n gives the command that fills it; `n/a [n]`: this harness cannot run it (note n "
+            "says why); — = not printed.")
 
 
 def _grid_lines(spec: TableSpec, results: list[CellResult], rows: list, cols: list, by_key: dict,
@@ -156,11 +166,16 @@ def to_markdown(spec: TableSpec, results: list[CellResult]) -> str:
     if notes:
         lines += ["", "Notes:", "", *notes]
     if any(r.partial for r in results):
-        lines += ["", "† fewer documents than the paper's benchmark run (see n_samples in the CSV)."]
+        whose = "the paper's benchmark run" if spec.paper else "the task has"
+        lines += ["", f"† fewer documents than {whose} (n = documents in the cell; n_samples in the CSV)."]
     if any("(lm_eval " in t or "(paper " in t for _, fields in _grid_lines(spec, results, rows, cols, by_key, numbers)
            for t in fields[2:]):
         lines += ["", "`(lm_eval x)` / `(paper x)`: the same generations scored under the other `task.scoring` "
                       "mode, shown where it differs (docs/tasks.md, \"Scoring modes\")."]
+    if any(r.aggregate is not None and r.aggregate.loaded for r in results):
+        lines += ["", LOADED_NOTE + ": its tokens/s may be slower than the machine can do."]
+    if spec.needs_gpu and any(r.status == "missing" for r in results):
+        lines += ["", OFFLINE_NOTE]
     assumptions = sorted({a for r in results for a in r.cell.assumptions})
     if assumptions:
         lines += ["", "Settings not stated in the paper (taken from the published code or defaults):", "",
@@ -177,7 +192,8 @@ _LATEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$",
 def latex_escape(text: str) -> str:
     """Escape LaTeX specials so any label or note prints literally."""
     out = "".join(_LATEX_ESCAPES.get(ch, ch) for ch in text)
-    return out.replace("—", "--").replace("±", r"$\pm$").replace("†", r"$^\dagger$").replace("−", "-")
+    return (out.replace("—", "--").replace("±", r"$\pm$").replace("†", r"$^\dagger$").replace("‡", r"$^\ddagger$")
+            .replace("−", "-").replace("…", r"\ldots{}"))
 
 
 def to_latex(spec: TableSpec, results: list[CellResult]) -> str:
@@ -213,7 +229,9 @@ def long_rows(spec: TableSpec, results: list[CellResult]) -> list[dict[str, obje
                 "delta": "" if e.delta is None else repr(e.delta),
                 "ci_low": repr(agg.accuracy_ci_low) if ci else "", "ci_high": repr(agg.accuracy_ci_high) if ci else "",
                 "spread_sd": "" if math.isnan(sd) else repr(sd),
-                "n_samples": agg.n_samples if agg else "", "n_repeats": agg.n_repeats if agg else "",
+                "n_samples": agg.n_samples if agg else "", "n_full": r.full_size or "",
+                "n_repeats": agg.n_repeats if agg else "",
+                "loaded": "" if agg is None or agg.loaded is None else agg.loaded,
                 "status": r.status, "run_ids": " ".join(agg.run_ids) if agg else "",
                 "reason": r.reason or "", "command": r.command or "",
             })

@@ -36,6 +36,29 @@ def git_commit() -> str | None:
     return head + ("-dirty" if dirty else "")
 
 
+def cpu_count() -> int:
+    """CPUs this process may run on (the affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - macOS, Windows
+        return os.cpu_count() or 1
+
+
+def load_average() -> float | None:
+    """The 1-minute load average (runnable processes, ours included); None where the OS reports none."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):  # pragma: no cover - Windows
+        return None
+
+
+def is_loaded(loads: list[float | None], cpus: int) -> bool | None:
+    """Whether throughput was measured on a loaded machine: a load average above the CPU count (processes
+    queued for CPUs) at the start or end of a run; None when no load average was recorded."""
+    known = [x for x in loads if x is not None]
+    return max(known) > cpus if known else None
+
+
 def environment_info() -> dict[str, Any]:
     cuda = torch.cuda.is_available()
     return {

@@ -15,13 +15,13 @@ from omegaconf import DictConfig
 from dllm_bench.models.loading import checkpoint_fingerprint
 from dllm_bench.runner.completions import COUNT_KEYS, completion_texts, eos_token_id, paper_completion
 from dllm_bench.runner.config import compute_run_id, flatten
-from dllm_bench.runner.environment import environment_info
+from dllm_bench.runner.environment import cpu_count, environment_info, is_loaded, load_average
 from dllm_bench.runner.interface import Engine, EngineFactory
 from dllm_bench.runner.progress import RunProgress
 from dllm_bench.runner.sharding import DistContext, barrier, init_distributed, shard, shutdown
 from dllm_bench.runner.store import ResultsStore
 from dllm_bench.runner.summary import PAPER_CUT_COLUMN, count_column, summarise
-from dllm_bench.runner.validate import build_task, validate_config
+from dllm_bench.runner.validate import ConfigError, build_task, validate_config
 from dllm_bench.tasks import Task
 from dllm_bench.tasks.chat import render_prompt
 
@@ -52,6 +52,15 @@ def selected_indices(n_docs: int, offset: int, limit: int | None) -> list[int]:
     """Document indices [offset, offset+limit) clipped to the task size."""
     end = n_docs if limit is None else min(n_docs, offset + limit)
     return list(range(min(offset, n_docs), end))
+
+
+def select_documents(n_docs: int, offset: int, limit: int | None, task_name: str) -> list[int]:
+    """`selected_indices`, refusing a selection without documents (offset past the end, limit 0)."""
+    selected = selected_indices(n_docs, offset, limit)
+    if not selected:
+        raise ConfigError(f"offset={offset}, limit={'null' if limit is None else limit} select no documents: "
+                          f"task {task_name!r} has {n_docs}; use offset < {n_docs} and limit >= 1 (or null)")
+    return selected
 
 
 def row_seeds(seed: int, indices: list[int]) -> list[int]:
@@ -145,42 +154,52 @@ def default_engine_factory(c: dict[str, Any], ctx: DistContext) -> Engine:
 
 
 def execute(cfg: DictConfig | dict[str, Any], engine_factory: EngineFactory | None = None) -> dict[str, Any] | None:
-    """Run (or resume) one configuration; returns the runs.csv row on rank 0, None on other ranks."""
+    """Run (or resume) one configuration; returns the runs.csv row on rank 0, None on other ranks.
+
+    Data and selection are checked before any folder is made; a run that fails before its first row leaves
+    no folder behind.
+    """
     c = validate_config(cfg)
     # weights are part of a run's identity: a retrained checkpoint never resumes the old checkpoint's runs
     c["model"]["fingerprint"] = checkpoint_fingerprint(c["model"]["name_or_path"])
     task = build_task(c["task"])
     run_id = compute_run_id(c)
-    ctx = init_distributed()
-    store = ResultsStore(c["output_dir"], c["name"], run_id, ctx.rank, ctx.world_size)
+    machine = {"cpu_count": cpu_count(), "load_avg_start": load_average()}
     started = _now()
     all_docs = task.all_docs()
-    selected = selected_indices(len(all_docs), int(c.get("offset", 0)), c.get("limit"))
-    finished = store.finished_ids()
-    todo = [i for i in selected if str(all_docs[i]["sample_id"]) not in finished]
-    barrier(ctx)  # every rank has read the same finished set before any rank appends to it
-    mine = shard(todo, ctx)
-    log.info("run %s: %d documents selected, %d already done, %d for rank %d/%d", run_id, len(selected),
-             len(selected) - len(todo), len(mine), ctx.rank, ctx.world_size)
-    device_name = "none (nothing to decode)"
-    if mine:
-        if c.get("num_threads"):
-            torch.set_num_threads(int(c["num_threads"]))
-        engine = (engine_factory or default_engine_factory)(c, ctx)
-        device_name = engine.device_name
-        _decode_shard(engine, task, all_docs, mine, c, store, ctx, len(selected) - len(todo), len(selected))
-    barrier(ctx)
-    row = None
-    if ctx.is_main:
-        row = _finalise(c, run_id, store, all_docs, selected, started, device_name, ctx)
+    selected = select_documents(len(all_docs), int(c.get("offset", 0)), c.get("limit"), c["task"]["name"])
+    ctx = init_distributed()
+    store = ResultsStore(c["output_dir"], c["name"], run_id, ctx.rank, ctx.world_size)
+    try:
+        finished = store.finished_ids()
+        todo = [i for i in selected if str(all_docs[i]["sample_id"]) not in finished]
+        barrier(ctx)  # every rank has read the same finished set before any rank appends to it
+        mine = shard(todo, ctx)
+        log.info("run %s: %d documents selected, %d already done, %d for rank %d/%d", run_id, len(selected),
+                 len(selected) - len(todo), len(mine), ctx.rank, ctx.world_size)
+        device_name = "none (nothing to decode)"
+        if mine:
+            if c.get("num_threads"):
+                torch.set_num_threads(int(c["num_threads"]))
+            engine = (engine_factory or default_engine_factory)(c, ctx)
+            device_name = engine.device_name
+            _decode_shard(engine, task, all_docs, mine, c, store, ctx, len(selected) - len(todo), len(selected))
+        barrier(ctx)
+        row = None
+        if ctx.is_main:
+            machine["load_avg_end"] = load_average()
+            row = _finalise(c, run_id, store, all_docs, selected, started, device_name, ctx, machine)
+    except BaseException:
+        store.discard_if_empty()
+        raise
     barrier(ctx)
     shutdown(ctx)
     return row
 
 
 def _finalise(c: dict[str, Any], run_id: str, store: ResultsStore, all_docs: list[dict], selected: list[int],
-              started: str, device_name: str, ctx: DistContext) -> dict[str, Any]:
-    """Merge shards, write run.json and this run's runs.csv row."""
+              started: str, device_name: str, ctx: DistContext, machine: dict[str, Any]) -> dict[str, Any]:
+    """Merge shards, write run.json and this run's runs.csv row (with the machine's load while it ran)."""
     rows = store.merge()
     wanted = {str(all_docs[i]["sample_id"]) for i in selected}
     rows = [r for r in rows if r["sample_id"] in wanted]
@@ -189,10 +208,16 @@ def _finalise(c: dict[str, Any], run_id: str, store: ResultsStore, all_docs: lis
         log.warning("run %s: %d of %d selected documents have no row", run_id, len(wanted) - len(rows), len(wanted))
     previous = store.read_run_json()
     env = environment_info()
-    if device_name.startswith("none") and previous.get("device_name"):
+    decoded = not device_name.startswith("none")
+    if not decoded and previous.get("device_name"):
         device_name = previous["device_name"]
     sessions = previous.get("sessions", []) + [{"started_at": started, "finished_at": _now(),
-                                                "world_size": ctx.world_size, "device_name": device_name}]
+                                                "world_size": ctx.world_size, "device_name": device_name,
+                                                "decoded": decoded, **machine}]
+    # throughput pools every session that decoded rows: any of them on a loaded machine marks the run
+    timed = [s for s in sessions if s.get("decoded", True)]
+    loaded = [is_loaded([s.get("load_avg_start"), s.get("load_avg_end")], int(s.get("cpu_count") or 1))
+              for s in timed]
     info = {
         "run_id": run_id,
         "name": c["name"],
@@ -205,8 +230,9 @@ def _finalise(c: dict[str, Any], run_id: str, store: ResultsStore, all_docs: lis
         "sessions": sessions,
     }
     store.write_run_json(info)
-    row = {"run_id": run_id, **flatten(c), **summary, "world_size": ctx.world_size, "device_name": device_name,
-           "git_commit": env.get("git_commit"), "started_at": info["started_at"],
-           "finished_at": info["finished_at"]}
+    row = {"run_id": run_id, **flatten(c), **summary, "task_docs": len(all_docs), "world_size": ctx.world_size,
+           "device_name": device_name, **machine,
+           "machine_loaded": True if True in loaded else None if None in loaded or not loaded else False,
+           "git_commit": env.get("git_commit"), "started_at": info["started_at"], "finished_at": info["finished_at"]}
     store.upsert_runs_csv(row)
     return row

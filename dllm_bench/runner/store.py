@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import csv
+import errno
 import fcntl
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from dllm_bench.runner.summary import RUN_INFO_COLUMNS, SUMMARY_COLUMNS
 
 
 def _repair_tail(path: Path) -> None:
@@ -39,12 +42,23 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+@contextmanager
+def _naming(path: Path) -> Iterator[None]:
+    """An OSError while writing `path` (disk full, read-only) names the file it could not write."""
+    try:
+        yield
+    except OSError as err:
+        if err.filename:
+            raise
+        raise OSError(err.errno, f"cannot write {path}: {err.strerror or err}") from err
+
+
 def _append_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
     """Append rows in one write, then flush and fsync so a finished row survives a kill."""
     text = "".join(json.dumps(row, ensure_ascii=False, default=str) + "\n" for row in rows)
     if not text:
         return
-    with open(path, "a", encoding="utf-8") as f:
+    with _naming(path), open(path, "a", encoding="utf-8") as f:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
@@ -52,11 +66,25 @@ def _append_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
 
 def _atomic_write_text(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with _naming(path), open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)
+
+
+def schema_order(columns: Iterable[str]) -> list[str]:
+    """runs.csv columns in schema order whatever order runs arrive in: run_id, name, the config keys sorted,
+    the summary columns, then the run's bookkeeping (each only where present)."""
+    present = set(columns)
+    fixed = ("run_id", "name", *SUMMARY_COLUMNS, *RUN_INFO_COLUMNS)
+    config = sorted(present - set(fixed))
+    tail = [c for c in (*SUMMARY_COLUMNS, *RUN_INFO_COLUMNS) if c in present]
+    return [c for c in ("run_id", "name") if c in present] + config + tail
 
 
 @contextmanager
@@ -78,7 +106,10 @@ class ResultsStore:
         self.experiment_dir = Path(output_dir) / name
         self.run_dir = self.experiment_dir / run_id
         self.run_id, self.rank, self.world_size = run_id, rank, world_size
+        self._created = [p for p in (self.experiment_dir, self.run_dir) if not p.exists()]
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        if not os.access(self.run_dir, os.W_OK):  # before any weights are read
+            raise PermissionError(errno.EACCES, "the results folder is not writable", str(self.run_dir))
         suffix = "" if world_size == 1 else f".rank{rank}"
         self.samples_path = self.run_dir / "samples.jsonl"
         self.traces_path = self.run_dir / "traces.jsonl"
@@ -88,6 +119,18 @@ class ResultsStore:
         self.runs_csv = self.experiment_dir / "runs.csv"
         _repair_tail(self.own_samples)
         _repair_tail(self.own_traces)
+
+    def discard_if_empty(self) -> None:
+        """Remove the folders this store created while they hold no row (a run that failed before its first
+        row was written, e.g. on a full disk: its own sample files are then empty or torn)."""
+        for own in (self.own_samples, self.own_traces):
+            if own.exists() and not read_jsonl(own):
+                own.unlink()
+        for path in reversed(self._created):
+            try:
+                path.rmdir()
+            except OSError:  # not empty (rows were written, or another run shares the experiment folder)
+                return
 
     def _sample_files(self) -> list[Path]:
         return [self.samples_path, *sorted(self.run_dir.glob("samples.rank*.jsonl"))]
@@ -128,21 +171,24 @@ class ResultsStore:
         _atomic_write_text(self.run_json, json.dumps(info, indent=2, default=str) + "\n")
 
     def upsert_runs_csv(self, row: dict[str, Any]) -> None:
-        """Replace this run's row of runs.csv (or add it); columns are the union over all runs."""
+        """Replace this run's row of runs.csv (or add it); columns are the union over all runs, in schema order."""
         with _locked(self.runs_csv):
             rows = []
             if self.runs_csv.exists():
                 with open(self.runs_csv, newline="", encoding="utf-8") as f:
                     rows = [r for r in csv.DictReader(f) if r.get("run_id") != self.run_id]
             rows.append({k: "" if v is None else v for k, v in row.items()})
-            columns: list[str] = []
-            for r in rows:
-                columns += [k for k in r if k not in columns]
+            columns = schema_order(k for r in rows for k in r)
+            rows.sort(key=lambda r: str(r.get("run_id")))
             tmp = self.runs_csv.with_name(f"runs.csv.tmp{os.getpid()}")
-            with open(tmp, "w", newline="", encoding="utf-8") as f:
-                writer = csv.DictWriter(f, fieldnames=columns, restval="")
-                writer.writeheader()
-                writer.writerows(rows)
-                f.flush()
-                os.fsync(f.fileno())
+            try:
+                with _naming(self.runs_csv), open(tmp, "w", newline="", encoding="utf-8") as f:
+                    writer = csv.DictWriter(f, fieldnames=columns, restval="")
+                    writer.writeheader()
+                    writer.writerows(rows)
+                    f.flush()
+                    os.fsync(f.fileno())
+            except OSError:
+                tmp.unlink(missing_ok=True)
+                raise
             os.replace(tmp, self.runs_csv)

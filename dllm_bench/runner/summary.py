@@ -60,3 +60,10 @@ def summarise(rows: list[dict[str, Any]], count_rule: str, scoring: str = "lm_ev
 
 
 TIMING_KEYS = ("tokens_per_s", "latency_s_mean", "wall_time_s_total")
+# runs.csv column order (docs/runner.md): run_id, name, the config keys sorted, these summary columns, then the
+# run's bookkeeping.
+SUMMARY_COLUMNS = ("n_samples", "n_correct", "accuracy", "accuracy_ci_low", "accuracy_ci_high", "nfe_mean",
+                   "nfe_total", "steps_mean", "tokens_total", "tokens_per_forward", "tokens_per_s", "latency_s_mean",
+                   "wall_time_s_total", "count_rule")
+RUN_INFO_COLUMNS = ("task_docs", "world_size", "device_name", "cpu_count", "load_avg_start", "load_avg_end",
+                    "machine_loaded", "git_commit", "started_at", "finished_at")

@@ -8,7 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dllm_bench.report.pareto import pareto_front, published_points, run_points
+from dllm_bench.report.pareto import (
+    frontier_figure,
+    pareto_front,
+    plot_frontiers,
+    published_points,
+    run_points,
+)
 from dllm_bench.report.profile import analyse_profiles, plot_profile, profile_markdown, read_trace_steps
 from dllm_bench.report.published import load_published
 from dllm_bench.report.runs import read_runs
@@ -78,3 +84,64 @@ def test_profile_analysis_on_known_profiles(tmp_path):
 def test_profile_without_traced_steps_says_how_to_get_them():
     with pytest.raises(ValueError, match="trace=true"):
         analyse_profiles([])
+
+
+def test_frontier_figure_legend_error_bars_and_labels():
+    import matplotlib.pyplot as plt
+
+    runs = read_runs([DEMO])
+    runs.loc[runs["run_id"] == "frechet-none-f", ["n_samples", "n_correct"]] = ["50", "44"]  # fewer documents
+    points = run_points(runs)
+    assert points["ci_low"].notna().all() and (points["ci_low"] <= points["accuracy"]).all()
+    fig = frontier_figure(points, title="demo")
+    try:
+        legend = [t.get_text() for t in fig.legends[0].get_texts()]
+        assert len(legend) == len(set(legend))                      # one entry per distinct series
+        assert legend.count("oracle (floor)") == 1
+        assert {"cache none", "cache dual"} <= set(legend) and "faint: n < 200 (n in label)" in legend
+        assert "n = 50–200 documents per run" in fig._suptitle.get_text()
+        renderer = fig.canvas.get_renderer()
+        for ax in fig.axes:
+            assert len(ax.collections) > len(points)                    # points plus their error bars
+            boxes = [t.get_window_extent(renderer) for t in ax.texts]
+            assert any("n=50" in t.get_text() for t in ax.texts)
+            assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    finally:
+        plt.close(fig)
+
+
+def test_tokens_per_s_panel_marks_runs_timed_on_a_loaded_machine():
+    import matplotlib.pyplot as plt
+
+    runs = read_runs([DEMO])
+    runs["machine_loaded"] = ["True"] + ["False"] * (len(runs) - 1)
+    fig = frontier_figure(run_points(runs))
+    try:
+        assert "loaded machine" in fig.axes[0].get_xlabel() and "loaded" not in fig.axes[1].get_xlabel()
+        from matplotlib.collections import PathCollection
+
+        markers = [c for c in fig.axes[0].collections if isinstance(c, PathCollection)]
+        hollow = [c for c in markers if len(c.get_facecolors()) == 0]
+        assert len(hollow) == 1
+    finally:
+        plt.close(fig)
+
+
+def test_table_and_plot_builders_rewrite_identical_bytes(tmp_path, t5_results):
+    from dllm_bench.report.build import resolve_table
+    from dllm_bench.report.render import write_table
+    from dllm_bench.report.tables import get_table
+
+    spec = get_table("fast_dllm_pp_t5")
+    analysis = analyse_profiles(read_trace_steps([_traces(tmp_path / "traces.jsonl")]))
+    snapshots = []
+    for attempt in ("first", "second"):
+        out = tmp_path / attempt
+        results = resolve_table(spec, read_runs([t5_results / "fast_dllm_pp_t5" / "runs.csv"]))
+        paths = [*write_table(spec, results, out).values(),
+                 *plot_frontiers(run_points(read_runs([DEMO])), out / "demo_pareto", title="demo"),
+                 *plot_profile(analysis, out / "profile")]
+        snapshots.append({p.name: p.read_bytes() for p in paths})
+    assert snapshots[0].keys() == snapshots[1].keys() and len(snapshots[0]) == 7
+    assert snapshots[0] == snapshots[1]
+    assert b"CreationDate" not in snapshots[0]["demo_pareto.pdf"]

@@ -12,6 +12,7 @@ import pytest
 from dllm_bench.report.build import resolve_table
 from dllm_bench.report.published import load_published
 from dllm_bench.report.render import to_latex, to_markdown
+from dllm_bench.report.runs import read_runs
 from dllm_bench.report.tables import TABLES, get_table, table_cells
 
 GOLDEN = Path(__file__).parent / "golden" / "fast_dllm_pp_t5.md"
@@ -83,3 +84,63 @@ def test_with_no_runs_every_published_number_shows_and_every_cell_is_missing(nam
 def test_unknown_table_names_the_choices():
     with pytest.raises(ValueError, match="table='t9' is unknown; choose one of fast_dllm_pp_t1"):
         get_table("t9")
+
+
+def test_tiny_table_marks_cells_on_fewer_documents_and_loaded_timing(tmp_path, load_script):
+    from .conftest import summary, write_runs
+
+    results = tmp_path / "results"
+    write_runs(results / "tiny_table" / "runs.csv", "tiny", [
+        (("frechet", "none"), {}, {**summary(50, 46, 350, 1000, 0.5), "machine_loaded": "True"}),
+        (("topk", "none"), {}, {**summary(500, 490, 12000, 12000, 10.0), "machine_loaded": "False"}),
+    ])
+    spec = get_table("tiny")
+    resolved = {r.cell.row[0] + "/" + r.cell.col[0]: r for r in resolve_table(spec, read_runs([
+        results / "tiny_table" / "runs.csv"]))}
+    assert resolved["frechet/none"].partial and resolved["frechet/none"].full_size == 500  # the task's size
+    assert not resolved["topk/none"].partial
+    text = to_markdown(spec, list(resolved.values()))
+    frechet_acc = next(line for line in text.splitlines() if line.startswith("| Fréchet"))
+    assert "92.0 [" in frechet_acc and "n=50†" in frechet_acc
+    lines = text.splitlines()
+    tok_s = lines[lines.index(frechet_acc) + 1]
+    assert "2000.0‡†" in tok_s
+    sequential = next(line for line in lines if line.startswith("| Sequential"))
+    assert "98.0 [" in sequential and "†" not in sequential
+    assert "† fewer documents than the task has" in text and "‡ = throughput measured on a loaded machine" in text
+    assert r"$^\ddagger$" in to_latex(spec, list(resolved.values()))
+
+
+def test_dry_run_says_all_filled_and_keeps_the_results_folder(tmp_path, t5_results, load_script, capsys):
+    module = load_script("reproduce_table")
+    assert module.main(["--table", "tiny", "--dry-run"]) == 0  # the committed tiny runs fill every cell
+    assert capsys.readouterr().out.strip().splitlines()[-1] == "[tiny] all 18 cells filled"
+    assert module.main(["--table", "fast_dllm_pp_t5", "--dry-run", "--results-dir", str(t5_results),
+                        "--limit", "20"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-1] == "[fast_dllm_pp_t5] 3 of 18 cells filled, 15 missing, 0 not runnable here"
+    commands = lines[:-1]
+    assert len(commands) == 15
+    for line in commands:
+        assert f"output_dir={t5_results} limit=20" in line
+        assert line.endswith("# offline: add task.data_dir=<folder with gsm8k's files>")
+
+
+def test_estimate_honours_limit_and_lists_the_tiny_table(load_script, capsys):
+    module = load_script("reproduce_table")
+    module.main(["--all", "--estimate"])
+    full = {line.split(" | ")[0][2:]: line for line in capsys.readouterr().out.splitlines()[2:]}
+    module.main(["--all", "--estimate", "--limit", "10"])
+    limited = {line.split(" | ")[0][2:]: line for line in capsys.readouterr().out.splitlines()[2:]}
+    assert "runs on the CPU" in full["tiny"] and "runs on the CPU" in limited["tiny"]
+    hours = lambda line: float(line.split(" | ")[2].split()[0])  # noqa: E731
+    # HumanEval has 164 documents: 10 of them take 10/164 of the time of the whole table's HumanEval cells
+    assert all(hours(limited[name]) < hours(full[name]) for name in full if name != "tiny")
+
+
+def test_unknown_table_is_one_line_and_exit_2(load_script, capsys):
+    with pytest.raises(SystemExit) as err:
+        load_script("reproduce_table").main(["--table", "bogus"])
+    assert err.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("reproduce_table.py: error: table='bogus' is unknown")

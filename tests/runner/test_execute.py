@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import multiprocessing as mp
 import os
@@ -26,7 +27,8 @@ def stable_rows(path: Path) -> list[dict]:
 
 
 def stable_summary(row: dict) -> dict:
-    skip = set(TIMING_KEYS) | {"started_at", "finished_at", "name", "world_size", "device_name", "output_dir"}
+    skip = set(TIMING_KEYS) | {"started_at", "finished_at", "name", "world_size", "device_name", "output_dir",
+                               "load_avg_start", "load_avg_end", "machine_loaded"}
     return {k: v for k, v in row.items() if k not in skip}
 
 
@@ -174,3 +176,23 @@ def test_vision_model_reads_the_task_images(compose_cfg, tmp_path):
         execute(compose_cfg("model=llada_v", f"model.name_or_path={ckpt}", "task=mathvista",
                             f"task.data_files={data / 'testmini.json'}", f"output_dir={tmp_path / 'other'}",
                             "progress=false", "num_threads=1", "limit=1", "warmup=0"))
+
+
+def test_runs_csv_header_and_machine_columns_do_not_depend_on_run_order(compose_cfg, llada_overrides, tmp_path):
+    settings = [["selector=frechet", "cache=dual"], ["selector=threshold", "selector.tau=0.5"]]
+    texts = []
+    for sub, order in (("ab", settings), ("ba", settings[::-1])):
+        for extra in order:
+            execute(compose_cfg(*llada_overrides, f"output_dir={tmp_path / sub}", "name=order", "limit=1",
+                                "batch_size=1", "warmup=0", *extra))
+        texts.append((tmp_path / sub / "order" / "runs.csv").read_text().splitlines())
+    assert texts[0][0] == texts[1][0]
+    header = texts[0][0].split(",")
+    assert header[:2] == ["run_id", "name"] and header[-1] == "finished_at"
+    with open(tmp_path / "ab" / "order" / "runs.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        assert int(r["cpu_count"]) >= 1 and r["task_docs"] == "500"
+        assert float(r["load_avg_start"]) >= 0 and float(r["load_avg_end"]) >= 0
+        loaded = max(float(r["load_avg_start"]), float(r["load_avg_end"])) > int(r["cpu_count"])
+        assert r["machine_loaded"] == str(loaded)

@@ -48,9 +48,24 @@ def test_runs_csv_upsert_replaces_same_run_and_unions_columns(tmp_path):
     a.upsert_runs_csv({"run_id": "run-a", "rule.tau": 0.9, "accuracy": 0.6})
     with open(a.runs_csv) as f:
         rows = list(csv.DictReader(f))
-    assert [r["run_id"] for r in rows] == ["run-b", "run-a"]
-    assert rows[1]["accuracy"] == "0.6" and rows[1]["rule.delta"] == ""
-    assert set(rows[0]) == {"run_id", "rule.tau", "rule.delta", "accuracy"}
+    assert [r["run_id"] for r in rows] == ["run-a", "run-b"]  # rows by run id, whatever order they arrived in
+    assert rows[0]["accuracy"] == "0.6" and rows[0]["rule.delta"] == ""
+    assert list(rows[0]) == ["run_id", "rule.delta", "rule.tau", "accuracy"]
+
+
+def test_runs_csv_columns_in_schema_order_whatever_the_arrival_order(tmp_path):
+    runs = [{"run_id": "r1", "name": "x", "rule.name": "frechet", "rule.delta": 0.2, "accuracy": 0.5,
+             "n_samples": 4, "finished_at": "t", "cpu_count": 2},
+            {"finished_at": "t", "accuracy": 0.7, "cache.name": "dual", "rule.tau": 0.9, "run_id": "r2",
+             "name": "x", "rule.name": "threshold", "n_samples": 4, "load_avg_start": 0.5}]
+    texts = []
+    for order, sub in ((runs, "a"), (runs[::-1], "b")):
+        for r in order:
+            ResultsStore(tmp_path / sub, "exp", r["run_id"]).upsert_runs_csv(r)
+        texts.append((tmp_path / sub / "exp" / "runs.csv").read_text())
+    assert texts[0] == texts[1]
+    assert texts[0].splitlines()[0] == ("run_id,name,cache.name,rule.delta,rule.name,rule.tau,"
+                                         "n_samples,accuracy,cpu_count,load_avg_start,finished_at")
 
 
 def test_wilson_interval_known_values():

@@ -1,0 +1,39 @@
+"""Errors as one line for the command line: `<prog>: error: <message>`, the traceback only when asked for."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
+
+# Exceptions whose message already names the file, line, key or tensor at fault: shown as is.
+USER_ERRORS = (OSError, ValueError, KeyError, HydraException, OmegaConfBaseException)
+TRACEBACK_ENV = "HYDRA_FULL_ERROR"
+# The user's choice, fixed by `dllm-bench`'s entry point before it sets HYDRA_FULL_ERROR for Hydra itself
+# (inherited by launcher worker processes).
+CHOICE_ENV = "DLLM_BENCH_TRACEBACK"
+
+
+def traceback_requested() -> bool:
+    """Whether the user asked for full tracebacks (`HYDRA_FULL_ERROR=1`, Hydra's own switch)."""
+    choice = os.environ.get(CHOICE_ENV)
+    if choice is not None:
+        return choice == "1"
+    return os.environ.get(TRACEBACK_ENV, "") not in ("", "0")
+
+
+def one_line(err: BaseException) -> str:
+    """The exception's message on one line; other exceptions (likely bugs) carry their type and the switch."""
+    text = " ".join(str(err).split()) if not isinstance(err, KeyError) else f"missing key {err}"
+    if isinstance(err, HydraException):
+        text = text.split(" Config search path:")[0]  # Hydra's search path list says nothing about the mistake
+    if isinstance(err, USER_ERRORS):
+        return text or type(err).__name__
+    return f"{type(err).__name__}: {text} ({TRACEBACK_ENV}=1 prints the traceback)"
+
+
+def report(prog: str, err: BaseException, kind: str = "error") -> None:
+    """Print `<prog>: <kind>: <message>` to stderr."""
+    print(f"{prog}: {kind}: {one_line(err)}", file=sys.stderr, flush=True)

@@ -1,0 +1,189 @@
+"""Errors after validation: one line `dllm-bench: error: ...`, exit status 2, no run folder left behind."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from hydra.core.global_hydra import GlobalHydra
+
+import dllm_bench.runner.store as store_module
+from dllm_bench.run import main
+
+SUDOKU = Path(__file__).resolve().parents[2] / "dllm_bench" / "tiny" / "data" / "sudoku_test.jsonl"
+
+
+def run_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, list[str]]:
+    """`dllm-bench <argv>` through the console script's entry point: (exit status, stderr lines)."""
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    monkeypatch.delenv("DLLM_BENCH_TRACEBACK", raising=False)
+    monkeypatch.setattr(sys, "argv", ["dllm-bench", *argv])
+    capsys.readouterr()
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            main()
+    finally:
+        GlobalHydra.instance().clear()
+    return exit_info.value.code, capsys.readouterr().err.strip().splitlines()
+
+
+def run_folders(results: Path) -> list[Path]:
+    """Every folder under results except Hydra's own logs."""
+    return [p for p in results.rglob("*") if p.is_dir() and ".hydra" not in p.parts]
+
+
+def assert_one_line(code: int, lines: list[str], *needles: str) -> None:
+    assert code == 2
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("dllm-bench: error: ") or lines[0].startswith("dllm-bench: config error: ")
+    for needle in needles:
+        assert needle in lines[0]
+
+
+@pytest.fixture()
+def base(llada_overrides: list[str]) -> list[str]:
+    return [*llada_overrides, "name=errs", "limit=2", "batch_size=2", "warmup=0"]
+
+
+def test_malformed_data_line(monkeypatch, capsys, base, tmp_path):
+    data = tmp_path / "bad.jsonl"
+    data.write_text("".join(SUDOKU.read_text().splitlines(keepends=True)[:3]) + '{"broken\n')
+    code, lines = run_main(monkeypatch, capsys, *base, f"task.data_files={data}")
+    assert_one_line(code, lines, f"{data}: line 4 is not valid JSON")
+    assert run_folders(tmp_path / "results") == []
+
+
+@pytest.mark.parametrize("damage", ["truncated", "mis-shaped"])
+def test_damaged_weights(monkeypatch, capsys, base, tmp_path, tiny_llada_dir, damage):
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(tiny_llada_dir, ckpt)
+    if damage == "truncated":
+        weights = ckpt / "model.safetensors"
+        with open(weights, "r+b") as f:
+            f.truncate(weights.stat().st_size // 2)
+        needle = "model.safetensors"
+    else:
+        config = json.loads((ckpt / "config.json").read_text())
+        config["d_model"] *= 2
+        (ckpt / "config.json").write_text(json.dumps(config))
+        needle = "has shape"
+    code, lines = run_main(monkeypatch, capsys, *base, f"model.name_or_path={ckpt}")
+    assert_one_line(code, lines, needle, str(ckpt))
+    assert run_folders(tmp_path / "results") == []
+
+
+def test_hub_id_without_network(monkeypatch, capsys, base, tmp_path):
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    code, lines = run_main(monkeypatch, capsys, *base, "model.name_or_path=nobody-here/no-such-model")
+    assert_one_line(code, lines, "'nobody-here/no-such-model' is neither a local directory nor a downloadable hub")
+    assert run_folders(tmp_path / "results") == []
+
+
+def test_read_only_results_dir(monkeypatch, capsys, base, tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    results.chmod(0o555)
+    if os.geteuid() == 0:  # root writes anywhere: make the permission check see what a user would
+        real = os.access
+        monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if mode == os.W_OK and
+                            str(p).startswith(str(results)) else real(p, mode, **kw))
+        monkeypatch.setattr(Path, "mkdir", _mkdir_denied_under(results))
+    try:
+        code, lines = run_main(monkeypatch, capsys, *base, f"hydra.run.dir={tmp_path / 'hydra'}")
+    finally:
+        results.chmod(0o755)
+    assert_one_line(code, lines, "Permission denied", str(results))
+    assert run_folders(results) == []
+
+
+def _mkdir_denied_under(root: Path):
+    real = Path.mkdir
+
+    def mkdir(self: Path, *args, **kwargs):
+        if str(self).startswith(str(root) + os.sep):
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return real(self, *args, **kwargs)
+
+    return mkdir
+
+
+class _FullDisk:
+    """A text file whose writes fail as on a full disk (the file itself exists, empty)."""
+
+    def __init__(self, handle):
+        self.handle = handle
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def __getattr__(self, name):
+        return getattr(self.handle, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.handle.close()
+
+
+def test_full_disk(monkeypatch, capsys, base, tmp_path):
+    def full_open(path, mode="r", *args, **kwargs):
+        handle = open(path, mode, *args, **kwargs)
+        return _FullDisk(handle) if "samples" in str(path) and mode in ("a", "w") else handle
+
+    monkeypatch.setattr(store_module, "open", full_open, raising=False)
+    code, lines = run_main(monkeypatch, capsys, *base)
+    assert_one_line(code, lines, "No space left on device", "samples.jsonl")
+    assert run_folders(tmp_path / "results") == []
+
+
+def test_traceback_on_request(monkeypatch, capsys, base, tmp_path):
+    data = tmp_path / "bad.jsonl"
+    data.write_text('{"broken\n')
+    monkeypatch.setattr(sys, "argv", ["dllm-bench", *base, f"task.data_files={data}"])
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
+    monkeypatch.delenv("DLLM_BENCH_TRACEBACK", raising=False)
+    try:
+        with pytest.raises(ValueError, match="line 1 is not valid JSON"):
+            main()
+    finally:
+        GlobalHydra.instance().clear()
+
+
+@pytest.mark.parametrize(("selection", "needle"), [
+    (["offset=500"], "offset=500, limit=2 select no documents: task 'sudoku' has 500"),
+    (["limit=0"], "offset=0, limit=0 select no documents: task 'sudoku' has 500"),
+])
+def test_empty_selection_refused(monkeypatch, capsys, base, tmp_path, selection, needle):
+    code, lines = run_main(monkeypatch, capsys, *base, *selection)
+    assert_one_line(code, lines, needle)
+    assert not (tmp_path / "results" / "errs").exists()
+
+
+def test_hydra_errors_are_one_line(monkeypatch, capsys, base):
+    code, lines = run_main(monkeypatch, capsys, *base, "selector=bogus")
+    assert_one_line(code, lines, "Could not find 'selector/bogus'", "frechet")
+
+
+def test_help_opens_with_what_the_program_does_and_three_commands(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["dllm-bench", "--help"])
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            main()
+    finally:
+        GlobalHydra.instance().clear()
+    assert exit_info.value.code == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("dllm-bench: decode a benchmark with a diffusion LM")
+    assert lines[2] == "Common commands:"
+    assert [line.split()[0] for line in lines[3:6]] == ["dllm-bench"] * 3 and lines[6] == ""
