@@ -112,6 +112,5 @@ def test_every_decoding_key_is_covered_by_a_switch_test():
     (["policy=slowfast_code", "rule=frechet"], "frechet"),
     (["experiment=fast_dllm_pp_t1", "policy=slowfast_paper"], "frechet"),  # the experiment's rule wins (docs/runner.md)
 ])
-def test_which_rule_a_policy_switch_gets(overrides, rule):
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        assert compose("config", overrides=overrides).rule.name == rule
+def test_which_rule_a_policy_switch_gets(composed, overrides, rule):
+    assert compose("config", overrides=overrides).rule.name == rule  # Hydra initialised by `composed`
