@@ -32,7 +32,8 @@ from dllm_bench.decoding.selectors import (
 @dataclass(frozen=True)
 class TopKSelector:
     """Fixed-step baseline: the schedule's k most confident candidates (LLaDA ``low_confidence``);
-    ``remasking='random'`` ranks by U(0,1) draws instead (LLaDA ``random``)."""
+    ``remasking='random'`` ranks by U(0,1) draws instead (LLaDA ``random``), ``'entropy'`` by negative entropy
+    (the ranking of Fast-dLLM's blocked Dream cache loop with ``alg=entropy``)."""
 
     remasking: str = "low_confidence"
     name: str = field(default="topk", init=False)
@@ -96,7 +97,8 @@ class OracleSelector:
 
 
 Selector = TopKSelector | ThresholdSelector | FactorSelector | FrechetSelector | OracleSelector
-REMASKING = ("low_confidence", "random")
+# topk remasking -> the confidence measure it ranks by
+REMASKING = {"low_confidence": "top1_prob", "random": "random", "entropy": "neg_entropy"}
 SELECTORS = {"topk": TopKSelector, "threshold": ThresholdSelector, "factor": FactorSelector,
              "frechet": FrechetSelector, "oracle": OracleSelector}
 

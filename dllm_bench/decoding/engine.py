@@ -11,6 +11,7 @@ import torch
 from dllm_bench.decoding.accounting import SampleRecord, StepTrace, count_generated_tokens
 from dllm_bench.decoding.confidence import candidate_predictions, check_measure, resolve_precision
 from dllm_bench.decoding.config import (
+    REMASKING,
     Cache,
     DualCache,
     FrechetSelector,
@@ -112,7 +113,7 @@ def generate(
     if hasattr(policy, "measure"):
         default_measure = policy.measure
     else:
-        default_measure = "random" if getattr(selector, "remasking", None) == "random" else "top1_prob"
+        default_measure = REMASKING.get(getattr(selector, "remasking", None), "top1_prob")
     if confidence is not None and hasattr(policy, "measure") and confidence != default_measure:
         what = f"dream alg {policy.alg!r}" if isinstance(policy, DreamPolicy) else f"policy {policy.name!r}"
         raise ValueError(f"{what} uses confidence {default_measure!r}, got {confidence!r}")

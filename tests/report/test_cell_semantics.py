@@ -41,8 +41,10 @@ EXPECTED: dict[str, dict[str, tuple[str, str, str, str]]] = {
                      "+Parallel": (ADAPTIVE, TAU, "none", "32"), "Fast-dLLM": (ADAPTIVE, TAU, PREFIX, "32")},
     "fast_dllm_t2": {  # 13.6: Dream's own entropy decoder; Fast-dLLM's Dream confidence_threshold; blocked cache loop
         "Dream": ("dream(steps={gen}, alg=entropy, eps=0.001)", "none", "none", "{gen}"),
-        "+Cache": (FIXED, TOPK, DREAM_PREFIX, "32"),
-        "+Parallel": ("dream_threshold(steps={gen}, tau=0.9)", "none", "none", "{gen}"),
+        # the release's eval_gsm8k.sh: +Cache runs alg=entropy (negative-entropy ranking) with steps = gen_length;
+        # +Parallel runs diffusion_steps = gen_length / 32 (a quota of 32 positions a step)
+        "+Cache": (FIXED, "topk(remasking=entropy)", DREAM_PREFIX, "32"),
+        "+Parallel": ("dream_threshold(steps={gen32}, tau=0.9)", "none", "none", "{gen}"),
         "Fast-dLLM": (ADAPTIVE, TAU, DREAM_PREFIX, "32")},
     **{t: {"LLaDA": (FIXED, TOPK, "none", "32"), "Parallel, No cache": (ADAPTIVE, TAU, "none", "32"),
            "Parallel, PrefixCache": (ADAPTIVE, TAU, PREFIX, "32"), "Parallel, DualCache": (ADAPTIVE, TAU, DUAL, "32")}
@@ -97,7 +99,7 @@ def expected_for(table: str, cell, config) -> dict[str, str]:
     policy, rule, cache, block = labels[key]
     gen = config["gen_length"]
     kp, kr, rho = SF_CACHE.get(cell.row[0], (None, None, None))
-    params = {"gen": gen, "full": gen // 2, "half": gen // 4, "kp": kp, "kr": kr, "rho": rho,
+    params = {"gen": gen, "gen32": gen // 32, "full": gen // 2, "half": gen // 4, "kp": kp, "kr": kr, "rho": rho,
               "f": cell.published.params().get("f") if cell.published else None}
     if "{cache}" in cache:
         cache_name = config["cache"]["name"]
