@@ -12,7 +12,8 @@ import pytest
 
 from dllm_bench.models.tiny_format import make_random_checkpoint
 from dllm_bench.rescore import main as rescore_main
-from dllm_bench.runner.execute import Engine, Generation, execute
+from dllm_bench.runner.execute import execute
+from dllm_bench.runner.interface import Engine, Generation
 from dllm_bench.runner.rescore import RescoreError, rescore
 from dllm_bench.runner.store import read_jsonl
 from dllm_bench.tasks import get_task
