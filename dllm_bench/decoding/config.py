@@ -267,8 +267,10 @@ def check_combination(
             raise ValueError(f"policy 'slowfast' has its own commit rule; selector must be None, got {selector.name!r}")
         if policy.variant == "dream" and block_length != gen_length:
             raise ValueError(f"slowfast variant 'dream' has no blocks: block_length {block_length} must equal gen_length")
-        if policy.truncate_fast and not isinstance(cache, NoCache):
-            raise ValueError(f"slowfast truncate_fast (published fast phase) runs only without a cache, got {cache.name!r}")
+        if policy.truncate_fast and not isinstance(cache, NoCache | DLLMCache):
+            raise ValueError(
+                f"slowfast truncate_fast (published fast phase) runs without a cache or with 'dllm', got {cache.name!r}"
+            )
     else:
         raise ValueError(f"unknown policy {policy!r}")
     if cfg_scale < 0:
