@@ -218,3 +218,77 @@ def test_dream_cached_step_keeps_the_refresh_kv_before_the_block(tiny_dream_dir)
             assert torch.equal(k[:, :, s - 1], k0) and torch.equal(v[:, :, s - 1], v0)
             if i > 0:  # deeper layers' fresh K/V at s - 1 would see the changed block
                 assert not torch.allclose(k0[0].reshape(-1), fresh_kv[i][0][s - 1], atol=1e-5)
+
+
+# ---------------------------------------------------------------- SlowFast's truncated fast phase with dLLM-Cache
+
+
+class CheckedNetwork:
+    """The real network whose every forward is checked against the plain dLLM-Cache reference (batch 1)."""
+
+    accepts_logits_range = True
+
+    def __init__(self, model, reference: PlainDLLMCache):
+        self.model, self.ref, self.config, self.tokenizer = model, reference, model.config, model.tokenizer
+        self.lengths: list[int] = []
+
+    def __call__(self, input_ids, attention_mask=None, cache=None, logits_range=None, **kw):
+        out = self.model(input_ids, attention_mask=attention_mask, cache=cache, logits_range=logits_range, **kw) * SCALE
+        want = self.ref.forward(input_ids[0])
+        lo, hi = logits_range or (0, input_ids.shape[1])
+        torch.testing.assert_close(out[0], want[lo:hi], atol=2e-3, rtol=1e-4)
+        self.lengths.append(input_ids.shape[1])
+        return out
+
+
+SF_CACHE = dict(prompt_interval=3, response_interval=2, verify_ratio=0.25, layer0_always=False)
+
+
+@pytest.mark.parametrize("flavour", ["llada", "dream"])
+def test_slowfast_truncated_fast_phase_with_dllm_cache_equals_reference_per_forward(llada, dream, flavour):
+    model = llada if flavour == "llada" else dream
+    net = PlainNetwork(model.model, scale=SCALE)
+    cut_forwards = 0
+    for prompt in prompts_for(model):
+        P = len(prompt)
+        checked = CheckedNetwork(model.model, PlainDLLMCache(net, P, SF_CACHE["prompt_interval"],
+                                                             SF_CACHE["response_interval"], SF_CACHE["verify_ratio"],
+                                                             layer0_always=False))
+        ids = torch.tensor([prompt])
+        out = generate(checked, ids, torch.ones_like(ids), gen_length=G, block_length=G,
+                       policy=build_policy("slowfast", preset="code", truncate_fast=True, explore_steps=2),
+                       cache=build_cache("dllm", **SF_CACHE))
+        assert out.records[0].nfe == len(checked.lengths)
+        cut_forwards += sum(t < P + G for t in checked.lengths)
+        # forward_positions: per forward the refreshed part(s) of the (cut) canvas plus the verified tokens
+        want = sum((P if rp else 0) + (t - P if rr else n)
+                   for t, (rp, rr, n) in zip(checked.lengths, checked.ref.plans))
+        assert out.records[0].forward_positions == want
+    assert cut_forwards > 0  # the fast phase really ran on cut canvases with the cache
+
+
+def test_slowfast_truncated_with_dllm_cache_batched_equals_alone(llada):
+    calls = []
+
+    class Counting:
+        accepts_logits_range = True
+        config, tokenizer = llada.config, llada.tokenizer
+
+        def __call__(self, *args, **kwargs):
+            calls.append(args[0].shape)
+            return llada(*args, **kwargs)
+
+    from .conftest import left_pad
+
+    prompts = prompts_for(llada)
+    kw = dict(gen_length=G, block_length=BL, policy=build_policy("slowfast", preset="code", truncate_fast=True),
+              cache=build_cache("dllm", **SF_CACHE))
+    ids, mask = left_pad(prompts, llada.config.pad_token_id)
+    batched = generate(Counting(), ids, mask, **kw)
+    # some step ran rows cut at different lengths as separate forwards over one shared cache
+    assert len(calls) > max(r.nfe for r in batched.records)
+    for i, prompt in enumerate(prompts):
+        alone = generate(llada, torch.tensor([prompt]), torch.ones(1, len(prompt), dtype=torch.long), **kw)
+        assert batched.tokens[i].tolist() == alone.tokens[0].tolist()
+        assert batched.records[i].nfe == alone.records[0].nfe
+        assert batched.records[i].forward_positions == alone.records[0].forward_positions
