@@ -4,7 +4,6 @@ row, by formula per cache mode, and the same for a document at batch 1, batch 8 
 from __future__ import annotations
 
 import pytest
-import torch
 
 from dllm_bench.decoding import build_cache, build_policy, build_selector, generate
 from dllm_bench.models import load_model
