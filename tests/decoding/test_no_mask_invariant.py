@@ -16,13 +16,13 @@ from .conftest import left_pad, prompts_for
 
 G = 16
 POLICIES = [
-    *[(("blocks", {"steps": s}), ("topk", {})) for s in (2, 4, 8, 16)],
+    *[(("blocks", {"steps": s}), ("topk", {})) for s in (2, 8)],
     *[(("blocks", {}), sel) for sel in (("threshold", {"tau": 0.9}), ("factor", {"f": 1.0}),
                                         ("factor", {"f": 1.0, "compat": True}), ("frechet", {"delta": 0.25}),
                                         ("oracle", {}))],
     *[(("dream", {"steps": s, "alg": alg}), None) for alg in ("origin", "maskgit_plus", "topk_margin", "entropy")
-      for s in (4, 16)],
-    *[(("slowfast", {"preset": p, "truncate_fast": t}), None) for p in ("code", "paper", "dream") for t in (False, True)],
+      for s in (1, 4)],
+    *[(("slowfast", {"preset": p, "truncate_fast": t}), None) for p in ("code", "dream") for t in (False, True)],
 ]
 CACHES = [("none", {}), *[(c, {"compat_first_token": f}) for c in ("prefix", "dual") for f in (False, True)],
           ("prefix", {"refresh_every": 1, "compat_first_token": True}),
@@ -45,7 +45,7 @@ def accepted(policy, selector, cache):
 @pytest.mark.parametrize("flavour", ["llada", "dream"])
 def test_no_answer_holds_a_mask_id_for_any_accepted_combination(llada, dream, flavour):
     model = llada if flavour == "llada" else dream
-    ids, mask = left_pad(prompts_for(model), model.config.pad_token_id)
+    ids, mask = left_pad(prompts_for(model, (9, 5)), model.config.pad_token_id)
     ran = 0
     for (pol, sel), (cache_name, cache_params) in itertools.product(POLICIES, CACHES):
         policy = build_policy(pol[0], **pol[1])
@@ -59,7 +59,7 @@ def test_no_answer_holds_a_mask_id_for_any_accepted_combination(llada, dream, fl
                        cache=cache, reference=reference)  # generate itself raises on a left-over mask id
         assert not (out.tokens == model.config.mask_token_id).any(), (pol, sel, cache_name, cache_params)
         ran += 1
-    assert ran >= 100
+    assert ran >= 80
 
 
 def test_fixed_steps_with_forced_first_token_flush_the_block_remainder(dream):
