@@ -311,10 +311,20 @@ def check_combination(
             )
         if policy.variant == "dream" and block_length != gen_length:
             raise ValueError(f"slowfast variant 'dream' has no blocks: block_length {block_length} must equal gen_length")
-        if policy.truncate_fast and not isinstance(cache, NoCache):
-            raise ValueError(f"slowfast truncate_fast (published fast phase) runs only without a cache, got {cache.name!r}")
+        if policy.truncate_fast and not isinstance(cache, NoCache | DLLMCache):
+            raise ValueError(
+                f"slowfast truncate_fast (published fast phase) runs without a cache or with 'dllm', got {cache.name!r}"
+            )
     else:
         raise ValueError(f"unknown policy {policy!r}")
+    if isinstance(cache, PrefixCache | DualCache) and cache.compat_first_token:
+        per_block = (policy.steps // num_blocks if isinstance(policy, BlockPolicy) and policy.steps is not None
+                     else policy.steps if isinstance(policy, DreamPolicy) else None)
+        if per_block == 1:
+            raise ValueError(
+                f"{cache.name} compat_first_token commits only a block's first position at its refresh, so a fixed "
+                f"schedule of 1 step per block would leave masks; give at least 2 steps per block or drop the compat"
+            )
     if cfg_scale < 0:
         raise ValueError(f"cfg_scale must be >= 0, got {cfg_scale}")
     if cfg_scale > 0 and not isinstance(cache, NoCache):

@@ -170,7 +170,7 @@ def generate(
             for res in results:
                 _fill_predictions(res, cand, conf, pred, P, G, measure, dtype, temperature, forbidden,
                                   generators)
-                positions[res.rows.cpu()] += res.logits.shape[1]
+                positions[res.rows.cpu()] += res.positions
                 refreshed[res.rows] = res.refresh
             nfe[rows.cpu()] += 1
             ctx = StepContext(conf, cand, pred, masked, reference)
@@ -178,7 +178,10 @@ def generate(
             if force_first:
                 first = torch.zeros_like(cand)
                 first.scatter_(1, block_lo.clamp(max=G - 1).unsqueeze(1), True)
-                commit = torch.where(refreshed.unsqueeze(1), first & cand, commit)
+                first &= cand
+                # only where the block's first position is still open (a mid-block refresh leaves it to the rule)
+                forced = refreshed & first.any(dim=1)
+                commit = torch.where(forced.unsqueeze(1), first, commit)
             commit &= cand
             answer[commit] = tokens[commit]
             if trace:
@@ -199,6 +202,7 @@ def generate(
     tokens_out = x[:, P:].clone()
     if early_stop:
         tokens_out[tokens_out == mask_id] = stops[0]
+    _check_no_mask(tokens_out, mask_id, policy, selector, cache)
     records = []
     for b in range(B):
         rec = SampleRecord(nfe=int(nfe[b]), steps=int(nfe[b]), forward_positions=int(positions[b]),
@@ -210,6 +214,18 @@ def generate(
                                                       prompt_length=prompt_real)
         records.append(rec)
     return GenerationOutput(tokens_out, records)
+
+
+def _check_no_mask(tokens: torch.Tensor, mask_id: int, policy: Policy, selector: Selector | None,
+                   cache: Cache) -> None:
+    """Invariant: no returned answer holds the mask id (a schedule that leaves one is an engine bug)."""
+    left = tokens == mask_id
+    if bool(left.any()):
+        rows = left.any(dim=1).nonzero().squeeze(1).tolist()
+        raise RuntimeError(
+            f"generate left {int(left.sum())} mask ids in rows {rows} (policy {policy!r}, selector "
+            f"{getattr(selector, 'name', None)!r}, cache {cache!r}): every answer position must be committed"
+        )
 
 
 def _fill_predictions(res: ForwardResult, cand, conf, pred, P: int, G: int, measure: str, dtype,

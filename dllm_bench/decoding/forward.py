@@ -18,12 +18,14 @@ from dllm_bench.decoding.config import Cache, DLLMCache, DualCache, NoCache, Pre
 
 @dataclass
 class ForwardResult:
-    """Logits for rows ``rows`` over canvas positions [start, start + logits.shape[1])."""
+    """Logits for rows ``rows`` over canvas positions [start, start + logits.shape[1]), and the query positions
+    the network computed for each row (its real prompt tokens, never left padding)."""
 
     rows: torch.Tensor  # [b] global row indices
     logits: torch.Tensor  # [b, e - s, V]
     start: int
     refresh: bool
+    positions: torch.Tensor  # [b] long, on the CPU
 
 
 def take_rows(value, rows: torch.Tensor, batch: int):
@@ -60,14 +62,18 @@ class ForwardRunner:
         self.cfg_scale = cfg_scale
         self.mask_token_id = mask_token_id
         self.cohorts: list[_Cohort] = []
+        self.prompt_real = attention_mask[:, :prompt_length].sum(dim=1).long().cpu()  # real prompt ids per row
+        # Dream's shifted logits: a span starting inside the canvas also computes the position before it
+        self.shift = int(bool(getattr(getattr(model, "config", None), "shift_logits", False)))
         # our networks can run the LM head on the candidates' window only (a large saving at 126k-152k vocab)
         self.head_range = bool(getattr(model, "accepts_logits_range", False))
         self.window: tuple[int, int] | None = None
 
     def _call(self, x: torch.Tensor, rows: torch.Tensor, cache=None, start: int = 0, end: int | None = None,
-              window: tuple[int, int] | None = None) -> tuple[torch.Tensor, int]:
+              window: tuple[int, int] | None = None, cut: bool = False) -> tuple[torch.Tensor, int]:
         """Logits of ``rows`` and the canvas position of their first column. With ``window`` (canvas positions
-        holding every candidate) a model that supports it computes the LM head only there."""
+        holding every candidate) a model that supports it computes the LM head only there. ``cut`` (or no
+        cache) makes ``end`` the canvas length the network sees (SlowFast's truncated fast phase)."""
         kwargs = _slice_kwargs(self.model_kwargs, rows, self.batch)
         mask = self.mask.index_select(0, rows)
         end = x.shape[1] if end is None else end
@@ -78,13 +84,13 @@ class ForwardRunner:
             if lo < hi:
                 kwargs["logits_range"] = (lo, hi)
                 first = lo
+        if (cache is None or cut) and end < x.shape[1]:
+            inp, mask = inp[:, :end], mask[:, :end]
         if cache is None:
-            if end < x.shape[1]:
-                inp, mask = inp[:, :end], mask[:, :end]
             if self.cfg_scale > 0:
                 return self._cfg_call(inp, mask, kwargs), first
             return self.model(inp, attention_mask=mask, **kwargs), first
-        if start == 0 and end == x.shape[1]:
+        if start == 0 and (cut or end == x.shape[1]):
             return self.model(inp, attention_mask=mask, cache=cache, **kwargs), first
         return self.model(inp[:, start:end], attention_mask=mask, cache=cache, start=start, **kwargs), first
 
@@ -105,19 +111,28 @@ class ForwardRunner:
         """Forwards for active ``rows``; block bounds and canvas limits are answer coordinates per row."""
         self.window = (self.P + int(block_lo[rows].min()), self.P + int(block_hi[rows].max()))
         if isinstance(self.cache, NoCache):
-            if canvas_limit is None:
-                logits, first = self._call(x, rows, window=self.window)
-                return [ForwardResult(rows, logits, first, True)]
             out = []
-            limits = canvas_limit.index_select(0, rows)
-            for lim in torch.unique(limits).tolist():
-                group = rows[limits == lim]
+            for group, lim in self._limit_groups(rows, canvas_limit, x.shape[1] - self.P):
                 logits, first = self._call(x, group, end=self.P + lim, window=self.window)
-                out.append(ForwardResult(group, logits, first, True))
+                out.append(ForwardResult(group, logits, first, True, self._prompt(group) + lim))
             return out
         if isinstance(self.cache, DLLMCache):
-            return self._run_dllm(x, rows)
+            return self._run_dllm(x, rows, canvas_limit)
         return self._run_kv(x, rows, block_lo, block_hi)
+
+    @staticmethod
+    def _limit_groups(rows: torch.Tensor, canvas_limit: torch.Tensor | None, G: int) -> list[tuple[torch.Tensor, int]]:
+        """Rows grouped by the answer length the network sees (all of G without a canvas limit)."""
+        if canvas_limit is None:
+            return [(rows, G)]
+        limits = canvas_limit.index_select(0, rows)
+        return [(rows[limits == lim], lim) for lim in torch.unique(limits).tolist()]
+
+    def _prompt(self, rows: torch.Tensor) -> torch.Tensor:
+        return self.prompt_real.index_select(0, rows.cpu())
+
+    def _count(self, rows: torch.Tensor, n: int) -> torch.Tensor:
+        return torch.full((rows.numel(),), n, dtype=torch.long)
 
     @staticmethod
     def _keep(cohort: _Cohort, keep: torch.Tensor) -> _Cohort | None:
@@ -130,7 +145,7 @@ class ForwardRunner:
             cohort.rows = cohort.rows[index]
         return cohort
 
-    def _run_dllm(self, x: torch.Tensor, rows: torch.Tensor) -> list[ForwardResult]:
+    def _run_dllm(self, x: torch.Tensor, rows: torch.Tensor, canvas_limit: torch.Tensor | None) -> list[ForwardResult]:
         from dllm_bench.models.cache import FeatureCache
 
         cfg: DLLMCache = self.cache
@@ -144,9 +159,20 @@ class ForwardRunner:
         self.cohorts = [kept] if kept is not None else []
         cohort.forwards += 1
         refresh_prompt, refresh_response, ratio = cfg.plan(cohort.forwards)
-        cohort.cache.plan(refresh_prompt, refresh_response, ratio)
-        logits, first = self._call(x, cohort.rows, cache=cohort.cache, window=self.window)
-        return [ForwardResult(cohort.rows, logits, first, refresh_prompt and refresh_response)]
+        fc = cohort.cache
+        fc.plan(refresh_prompt, refresh_response, ratio)
+        out = []
+        groups = self._limit_groups(cohort.rows, canvas_limit, x.shape[1] - self.P)
+        for group, lim in groups:
+            # rows cut at different lengths share the cache but run as separate forwards over their own rows
+            fc.select_rows(None if len(groups) == 1 else torch.searchsorted(cohort.rows, group))
+            logits, first = self._call(x, group, cache=fc, end=self.P + lim, window=self.window, cut=True)
+            verified = fc.verified_count(lim)
+            prompt = self._prompt(group) if refresh_prompt else self._count(group, 0)
+            response = lim if refresh_response else verified
+            out.append(ForwardResult(group, logits, first, refresh_prompt and refresh_response, prompt + response))
+        fc.select_rows(None)
+        return out
 
     def _run_kv(self, x: torch.Tensor, rows: torch.Tensor, block_lo: torch.Tensor,
                 block_hi: torch.Tensor) -> list[ForwardResult]:
@@ -173,7 +199,7 @@ class ForwardRunner:
             logits, first = self._call(x, kept.rows, cache=kept.cache, start=s, end=e, window=self.window)
             kept.since_refresh += 1
             survivors.append(kept)
-            results.append(ForwardResult(kept.rows, logits, first, False))
+            results.append(ForwardResult(kept.rows, logits, first, False, self._count(kept.rows, e - s + self.shift)))
         refresh_rows = needs_refresh.nonzero().squeeze(1)
         if refresh_rows.numel():
             keys = torch.stack([block_lo[refresh_rows], block_hi[refresh_rows]], dim=1)
@@ -182,6 +208,6 @@ class ForwardRunner:
                 kv = KVCache()
                 logits, first = self._call(x, group, cache=kv, window=self.window)
                 survivors.append(_Cohort(group, kv, (key[0], key[1]), 1))
-                results.append(ForwardResult(group, logits, first, True))
+                results.append(ForwardResult(group, logits, first, True, self._prompt(group) + (T - self.P)))
         self.cohorts = survivors
         return results

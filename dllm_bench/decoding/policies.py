@@ -70,7 +70,11 @@ class BlockPolicy:
     def decide(self, state: dict, ctx: StepContext, selector) -> tuple[torch.Tensor, torch.Tensor]:
         k = None
         if self.steps is not None:
+            last = state["step_in_block"] >= state["per_block"] - 1
             k = state["counts"][state["step_in_block"].clamp(max=state["per_block"] - 1)]
+            # a block's last step commits whatever is left (e.g. after a refresh forced a single commit), as
+            # Dream's published cache loop does; with LLaDA's counts this is exactly the scheduled k
+            k = torch.where(last, ctx.candidates.sum(dim=1), k)
         return selector.commit(ctx, k=k)
 
     def advance(self, state: dict, masked: torch.Tensor, active: torch.Tensor) -> torch.Tensor:

@@ -6,7 +6,8 @@ a cached forward is the uncached computation restricted to fewer positions.
 
 - :class:`KVCache` (Fast-dLLM prefix and dual cache): per layer, K (before RoPE, as the published code keeps
   it) and V of every canvas position. A forward over a span writes the span's K/V in place and attends over
-  the whole stored canvas.
+  the whole stored canvas. Dream's extra position before a span (for its shifted logit) is read, not written:
+  its K/V stay as the last full forward left them, as in the published Dream cache.
 - :class:`FeatureCache` (dLLM-Cache): per layer K, V, attention output and FFN output, with the prompt and the
   response refreshed on their own schedules and V-verify partial recomputation of the least similar tokens.
 """
@@ -28,6 +29,7 @@ class KVCache:
         self.ids: torch.Tensor | None = None  # the canvas tokens the stored K/V were computed from
         self.length = 0
         self._span = (0, 0)
+        self._read_only = 0
 
     def token_ids(self, lo: int, hi: int) -> torch.Tensor:
         """Stored canvas tokens [B, hi - lo] (Dream needs position start-1 for a span's first logits)."""
@@ -35,7 +37,8 @@ class KVCache:
             raise RuntimeError("the KV cache is empty: run a full forward first")
         return self.ids[:, lo:hi]
 
-    def begin(self, input_ids: torch.Tensor, start: int, canvas_length: int) -> None:
+    def begin(self, input_ids: torch.Tensor, start: int, canvas_length: int, read_only: int = 0) -> None:
+        """Start a forward over ``[start, start + T)``; its first ``read_only`` positions keep their stored K/V."""
         t = input_ids.shape[1]
         if self.ids is None:
             if start != 0 or t != canvas_length:
@@ -53,6 +56,7 @@ class KVCache:
         else:
             self.ids[:, start : start + t] = input_ids
         self._span = (start, start + t)
+        self._read_only = read_only
 
     def run_layer(self, i: int, block: Block, h: torch.Tensor, ctx: LayerContext) -> torch.Tensor:
         return block(h, ctx, kv_update=lambda k, v: self._merge(i, k, v))
@@ -63,8 +67,9 @@ class KVCache:
             self.keys.append(k.clone())
             self.values.append(v.clone())
         else:
-            self.keys[i][:, :, lo:hi] = k
-            self.values[i][:, :, lo:hi] = v
+            skip = self._read_only
+            self.keys[i][:, :, lo + skip : hi] = k[:, :, skip:]
+            self.values[i][:, :, lo + skip : hi] = v[:, :, skip:]
         return self.keys[i], self.values[i]
 
     def keep_rows(self, rows: torch.Tensor) -> None:
@@ -79,7 +84,9 @@ class FeatureCache:
     """dLLM-Cache storage: per layer K, V [B, Hkv, S, D], attention and FFN outputs [B, S, d].
 
     Positions ``[0, prompt_length)`` are the prompt, the rest the response. Before each forward the engine calls
-    :meth:`plan`; the forward always covers the whole canvas.
+    :meth:`plan` (and :meth:`select_rows` when a forward covers only some of the cohort's rows). A forward covers
+    the canvas from position 0; a shorter one (SlowFast's truncated fast phase) reads and writes only the first
+    ``length - prompt_length`` response slots, as the SlowFast copy of the published hook does.
     """
 
     def __init__(self, prompt_length: int, refresh_layer0: bool = True) -> None:
@@ -89,7 +96,8 @@ class FeatureCache:
         self.refresh_response = True
         self.verify_ratio = 0.0
         self.store: list[dict[str, torch.Tensor]] = []
-        self.length = 0
+        self.length = 0  # canvas length of the stored features (set by the first forward)
+        self.rows: torch.Tensor | None = None  # stored rows the next forward covers (None = all)
         self.recomputed_tokens = 0  # token-layers recomputed by V-verify, for accounting
 
     def plan(self, refresh_prompt: bool, refresh_response: bool, verify_ratio: float = 0.0) -> None:
@@ -98,43 +106,72 @@ class FeatureCache:
             raise ValueError(f"verify_ratio {verify_ratio} is outside [0, 1]")
         self.refresh_prompt, self.refresh_response, self.verify_ratio = refresh_prompt, refresh_response, verify_ratio
 
-    def token_ids(self, lo: int, hi: int) -> torch.Tensor:
-        raise RuntimeError("dLLM-Cache forwards always cover the whole canvas")
+    def verified_count(self, response_length: int) -> int:
+        """Response tokens V-verify recomputes per layer in the planned forward: int(R * rho), or 0."""
+        return int(response_length * self.verify_ratio) if not self.refresh_response else 0
 
-    def begin(self, input_ids: torch.Tensor, start: int, canvas_length: int) -> None:
-        if start != 0 or input_ids.shape[1] != canvas_length:
-            raise RuntimeError("dLLM-Cache forwards must cover the whole canvas")
+    def select_rows(self, rows: torch.Tensor | None) -> None:
+        """Restrict the next forwards to these stored rows (indices into the cache's batch); None = all rows."""
+        self.rows = rows
+
+    def token_ids(self, lo: int, hi: int) -> torch.Tensor:
+        raise RuntimeError("dLLM-Cache forwards always start at canvas position 0")
+
+    def begin(self, input_ids: torch.Tensor, start: int, canvas_length: int, read_only: int = 0) -> None:
+        if start != 0 or read_only or input_ids.shape[1] != canvas_length:
+            raise RuntimeError("dLLM-Cache forwards must cover the canvas from position 0")
         if not 0 < self.prompt_length < canvas_length:
             raise ValueError(f"prompt_length {self.prompt_length} must lie inside the canvas (0, {canvas_length})")
-        self.length = canvas_length
+        if not self.store:
+            if self.rows is not None:
+                raise RuntimeError("the dLLM-Cache is empty: the first forward must cover every row")
+            self.length = canvas_length
+        elif canvas_length > self.length:
+            raise RuntimeError(f"cache holds {self.length} positions; forward has {canvas_length}")
 
     def run_layer(self, i: int, block: Block, h: torch.Tensor, ctx: LayerContext) -> torch.Tensor:
-        full = (
-            i >= len(self.store)
-            or (self.refresh_prompt and self.refresh_response)
-            or (i == 0 and self.refresh_layer0)
-        )
+        if i >= len(self.store):
+            return self._allocate(block, h, ctx)
+        c = self._working(i, h.shape[1])
+        p = self.prompt_length
+        full = (self.refresh_prompt and self.refresh_response) or (i == 0 and self.refresh_layer0)
         if full:
-            return self._full(i, block, h, ctx)
-        c, p = self.store[i], self.prompt_length
-        if self.refresh_prompt:
-            self._recompute_span(c, block, h, ctx, 0, p)
+            self._recompute_span(c, block, h, ctx, 0, h.shape[1])
         elif self.refresh_response:
             self._recompute_span(c, block, h, ctx, p, h.shape[1])
         elif self.verify_ratio > 0:
-            self._verify(c, block, h, ctx)
-        return h + c["attn"] + c["ffn"]
+            self._verify(c, block, h, ctx, with_prompt=self.refresh_prompt)
+        elif self.refresh_prompt:
+            self._recompute_span(c, block, h, ctx, 0, p)
+        out = h + c["attn"] + c["ffn"]
+        self._write_back(i, c, h.shape[1])
+        return out
 
-    def _full(self, i: int, block: Block, h: torch.Tensor, ctx: LayerContext) -> torch.Tensor:
+    def _allocate(self, block: Block, h: torch.Tensor, ctx: LayerContext) -> torch.Tensor:
         q, k, v = block.qkv(h)
         attn = block.attend(q, k, v, ctx)
         ffn = block.ffn(h + attn)
-        entry = {"k": k, "v": v, "attn": attn, "ffn": ffn}
-        if i == len(self.store):
-            self.store.append(entry)
-        else:
-            self.store[i] = entry
+        self.store.append({"k": k, "v": v, "attn": attn, "ffn": ffn})
         return h + attn + ffn
+
+    def _working(self, i: int, length: int) -> dict[str, torch.Tensor]:
+        """Layer i's features of the covered rows over canvas [0, length): views when every row is covered."""
+        entry = self.store[i]
+        rows = self.rows
+        out = {}
+        for name, t in entry.items():
+            t = t if rows is None else t.index_select(0, rows)
+            out[name] = t[:, :, :length] if name in ("k", "v") else t[:, :length]
+        return out
+
+    def _write_back(self, i: int, c: dict[str, torch.Tensor], length: int) -> None:
+        if self.rows is None:
+            return  # the working tensors are views of the store
+        for name, t in self.store[i].items():
+            if name in ("k", "v"):
+                t[self.rows, :, :length] = c[name]
+            else:
+                t[self.rows, :length] = c[name]
 
     @staticmethod
     def _recompute_span(c: dict, block: Block, h: torch.Tensor, ctx: LayerContext, lo: int, hi: int) -> None:
@@ -143,36 +180,43 @@ class FeatureCache:
         q, k, v = block.qkv(hs)
         c["k"][:, :, lo:hi] = k
         c["v"][:, :, lo:hi] = v
-        index = torch.arange(lo, hi, device=h.device).expand(h.shape[0], -1)
+        index = None if (lo, hi) == (0, h.shape[1]) else torch.arange(lo, hi, device=h.device).expand(h.shape[0], -1)
         attn = block.attend(q, c["k"], c["v"], ctx, q_index=index)
         c["attn"][:, lo:hi] = attn
         c["ffn"][:, lo:hi] = block.ffn(hs + attn)
 
-    def _verify(self, c: dict, block: Block, h: torch.Tensor, ctx: LayerContext) -> None:
-        """V-verify: recompute the response tokens whose fresh V is least similar to the cached V."""
+    def _verify(self, c: dict, block: Block, h: torch.Tensor, ctx: LayerContext, with_prompt: bool) -> None:
+        """V-verify as the published hook: replace the whole response V with the fresh V, then recompute q, k,
+        attention and FFN of the int(R * rho) response tokens whose fresh V is least similar to the cached V
+        (together with the prompt on a prompt-refresh step)."""
         p = self.prompt_length
         hr = h[:, p:]
-        n = int(hr.shape[1] * self.verify_ratio)
+        b, r = hr.shape[:2]
         v_new = block.value(hr)  # [B, Hkv, R, D]
+        n = self.verified_count(r)
         if n > 0:
-            b = hr.shape[0]
-            flat_new = v_new.transpose(1, 2).reshape(b, hr.shape[1], -1)
-            flat_old = c["v"][:, :, p:].transpose(1, 2).reshape(b, hr.shape[1], -1)
+            flat_new = v_new.transpose(1, 2).reshape(b, r, -1)
+            flat_old = c["v"][:, :, p:].transpose(1, 2).reshape(b, r, -1)
             sim = F.cosine_similarity(flat_new.float(), flat_old.float(), dim=-1)  # [B, R]
-            idx = torch.topk(sim, n, dim=-1, largest=False).indices.sort(dim=-1).values  # [B, n]
-            pos = idx + p
-            h_sel = hr.gather(1, idx[..., None].expand(-1, -1, hr.shape[-1]))
-            q, k, _ = block.qkv(h_sel)
-            kpos = pos[:, None, :, None].expand(-1, k.shape[1], -1, k.shape[-1])
-            c["k"].scatter_(2, kpos, k)
-            c["v"].scatter_(2, kpos, v_new.gather(2, kpos - p))
-            attn = block.attend(q, c["k"], c["v"], ctx, q_index=pos)
-            ffn = block.ffn(h_sel + attn)
-            dpos = pos[..., None].expand(-1, -1, h.shape[-1])
-            c["attn"].scatter_(1, dpos, attn)
-            c["ffn"].scatter_(1, dpos, ffn)
-            self.recomputed_tokens += b * n
-        c["v"][:, :, p:] = v_new  # upstream replaces the whole response V after the partial recompute
+            selected = torch.topk(sim, n, dim=-1, largest=False).indices.sort(dim=-1).values + p  # [B, n]
+        else:
+            selected = torch.zeros(b, 0, dtype=torch.long, device=h.device)
+        c["v"][:, :, p:] = v_new
+        if with_prompt:
+            selected = torch.cat([torch.arange(p, device=h.device).expand(b, -1), selected], dim=1)
+        if selected.shape[1] == 0:
+            return
+        h_sel = h.gather(1, selected[..., None].expand(-1, -1, h.shape[-1]))
+        q, k, v = block.qkv(h_sel)
+        kpos = selected[:, None, :, None].expand(-1, k.shape[1], -1, k.shape[-1])
+        c["k"].scatter_(2, kpos, k)
+        c["v"].scatter_(2, kpos, v)
+        attn = block.attend(q, c["k"], c["v"], ctx, q_index=selected)
+        ffn = block.ffn(h_sel + attn)
+        dpos = selected[..., None].expand(-1, -1, h.shape[-1])
+        c["attn"].scatter_(1, dpos, attn)
+        c["ffn"].scatter_(1, dpos, ffn)
+        self.recomputed_tokens += b * n
 
     def keep_rows(self, rows: torch.Tensor) -> None:
         """Drop batch rows that finished (rows = indices to keep)."""

@@ -263,7 +263,7 @@ class DiffusionLM(nn.Module):
             sl = slice(q_lo, start + t)
             h = torch.where(where[:, sl, None].to(h.device), embeds[:, sl].to(h), h)
         if cache is not None:
-            cache.begin(input_ids, q_lo, s)
+            cache.begin(input_ids, q_lo, s, read_only=start - q_lo)
         for i, block in enumerate(self.layers):
             h = block(h, ctx) if cache is None else cache.run_layer(i, block, h, ctx)
 

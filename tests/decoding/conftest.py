@@ -11,8 +11,11 @@ from dllm_bench.models import load_model
 class SharpenedNetwork:
     """The real network with logits scaled up, so random weights give varied, peaked confidences.
 
-    Same call signature as the network (the engine treats any such callable as a model).
+    Same call signature as the network (the engine treats any such callable as a model), including its LM-head
+    window (``logits_range``), so engine tests run the real network's head-window path.
     """
+
+    accepts_logits_range = True
 
     def __init__(self, model, scale: float = 20.0):
         self.model, self.scale, self.config, self.tokenizer = model, scale, model.config, model.tokenizer

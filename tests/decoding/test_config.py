@@ -73,7 +73,9 @@ def test_presets_match_code_and_paper():
         (("dream", {"steps": 4}), ("topk", {}), ("none", {}), 32, 32, "rule must be none"),
         (("dream", {"steps": 4}), None, ("none", {}), 32, 8, "no blocks"),
         (("slowfast", {}), ("topk", {}), ("none", {}), 32, 32, "adaptive rule for its fast phase"),
-        (("slowfast", {"truncate_fast": True}), None, ("dual", {}), 32, 32, "only without a cache"),
+        (("slowfast", {"truncate_fast": True}), None, ("dual", {}), 32, 32, "without a cache or with 'dllm'"),
+        (("blocks", {"steps": 4}), ("topk", {}), ("dual", {"compat_first_token": True}), 32, 8, "1 step per block"),
+        (("dream", {"steps": 1}), None, ("prefix", {"compat_first_token": True}), 32, 32, "1 step per block"),
     ],
 )
 def test_incompatible_combinations(policy, selector, cache, gen, block, match):
