@@ -33,7 +33,7 @@ def test_notebook_executes_on_results(tmp_path, monkeypatch):
     trace = {"sample_id": "s0", "doc_index": 0, "steps": [
         {"step": 0, "sorted_confidences": [0.999, 0.999, 0.999, 0.8], "n_committed": 4},
         {"step": 1, "sorted_confidences": [0.9, 0.5], "n_committed": 1}]}
-    for run in ("frechet-none-e", "topk-none-a"):
+    for run in ("blocks-frechet-none-e", "blocks-topk-none-a"):
         (results / "demo" / run).mkdir()
         (results / "demo" / run / "traces.jsonl").write_text(json.dumps(trace) + "\n")
     write_runs(results / "tiny_table" / "runs.csv", "tiny", [

@@ -90,7 +90,7 @@ def test_frontier_figure_legend_error_bars_and_labels():
     import matplotlib.pyplot as plt
 
     runs = read_runs([DEMO])
-    runs.loc[runs["run_id"] == "frechet-none-f", ["n_samples", "n_correct"]] = ["50", "44"]  # fewer documents
+    runs.loc[runs["run_id"] == "blocks-frechet-none-f", ["n_samples", "n_correct"]] = ["50", "44"]  # fewer documents
     points = run_points(runs)
     assert points["ci_low"].notna().all() and (points["ci_low"] <= points["accuracy"]).all()
     fig = frontier_figure(points, title="demo")

@@ -14,7 +14,7 @@ from dllm_bench.report.tables import get_table
 
 from .conftest import summary, write_runs
 
-KEY = ("5", "none", "threshold")
+KEY = ("5-shot, No cache", "Threshold")
 
 
 def _resolve(tmp_path, runs, extra_rows=()):

@@ -70,11 +70,11 @@ def test_text_after_eos_and_what_counts():
 def test_count_column_and_run_id_record_the_mode():
     assert count_column("cut", "paper") == "tokens_cut_paper"
     assert count_column("cut", "lm_eval") == "tokens_cut" and count_column("all", "paper") == "tokens_all"
-    base = {"selector": {"name": "topk"}, "cache": {"name": "none"}, "task": {"name": "gsm8k"}}
+    base = {"policy": {"name": "blocks"}, "rule": {"name": "topk"}, "cache": {"name": "none"}, "task": {"name": "gsm8k"}}
     lm_eval = {**base, "task": {"name": "gsm8k", "scoring": "lm_eval"}}
     paper = {**base, "task": {"name": "gsm8k", "scoring": "paper"}}
     assert compute_run_id(lm_eval) == compute_run_id(base)  # ids from before the key existed stay valid
-    assert compute_run_id(paper).startswith("topk-none-paper-") and compute_run_id(paper) != compute_run_id(base)
+    assert compute_run_id(paper).startswith("blocks-topk-none-paper-") and compute_run_id(paper) != compute_run_id(base)
 
 
 def test_bad_scoring_in_a_config_is_one_line():

@@ -15,7 +15,7 @@ from hydra.core.global_hydra import GlobalHydra
 import dllm_bench.runner.store as store_module
 from dllm_bench.run import main
 
-SUDOKU = Path(__file__).resolve().parents[2] / "dllm_bench" / "tiny" / "data" / "sudoku_test.jsonl"
+SUDOKU = Path(__file__).resolve().parents[2] / "dllm_bench" / "tasks" / "sudoku_data" / "sudoku_test.jsonl"
 
 
 def run_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, list[str]]:
@@ -171,8 +171,8 @@ def test_empty_selection_refused(monkeypatch, capsys, base, tmp_path, selection,
 
 
 def test_hydra_errors_are_one_line(monkeypatch, capsys, base):
-    code, lines = run_main(monkeypatch, capsys, *base, "selector=bogus")
-    assert_one_line(code, lines, "Could not find 'selector/bogus'", "frechet")
+    code, lines = run_main(monkeypatch, capsys, *base, "rule=bogus")
+    assert_one_line(code, lines, "Could not find 'rule/bogus'", "frechet")
 
 
 def test_help_opens_with_what_the_program_does_and_three_commands(monkeypatch, capsys):

@@ -179,7 +179,7 @@ def test_vision_model_reads_the_task_images(compose_cfg, tmp_path):
 
 
 def test_runs_csv_header_and_machine_columns_do_not_depend_on_run_order(compose_cfg, llada_overrides, tmp_path):
-    settings = [["selector=frechet", "cache=dual"], ["selector=threshold", "selector.tau=0.5"]]
+    settings = [["rule=frechet", "cache=dual"], ["rule=threshold", "rule.tau=0.5"]]
     texts = []
     for sub, order in (("ab", settings), ("ba", settings[::-1])):
         for extra in order:

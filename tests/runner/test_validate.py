@@ -128,7 +128,7 @@ def test_fixed_step_rule_needs_steps(llada_overrides):
 
 def test_truncated_fast_phase_with_a_cache(llada_overrides):
     rejects(llada_overrides, "policy=slowfast_paper", "cache=dual", "policy.truncate_fast=true",
-            match=r"truncate_fast .*runs only without a cache, got 'dual'")
+            match=r"truncate_fast .*runs without a cache or with 'dllm', got 'dual'")
 
 
 def test_guidance_needs_no_cache(llada_overrides):
