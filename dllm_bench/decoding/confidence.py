@@ -1,8 +1,11 @@
 """Token choice and confidence, computed only at candidate positions.
 
 The published LLaDA code takes a float64 softmax over the whole canvas and vocabulary every step; here the
-logits of the candidates ([N, V], N = masked positions in the window) are gathered first and only those
-are converted to the requested precision.
+logits of the candidates ([N, V], N = masked positions in the window) are gathered first, and for the usual
+case (top-1 probability, greedy, a confidence dtype at least as precise as the logits) the choice is a max
+over the logits themselves and the confidence 1 / sum(exp(l - l_max)) from one copy in that dtype: at a
+126k vocabulary the float64 cast, a second copy for forbidden ids and the full softmax cost up to a fifth of
+the LM head. Any other case takes the direct route (cast, mask, softmax).
 """
 
 from __future__ import annotations
@@ -45,6 +48,33 @@ def _uniform_rows(counts: Sequence[int], shape_tail: tuple[int, ...], generators
     return torch.cat(parts, dim=0)
 
 
+def allowed_max(logits: torch.Tensor, excluded: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Largest logit outside ``excluded`` and its index per row (the first one on ties, as ``argmax``).
+
+    Only rows whose overall maximum is an excluded id are copied and masked, so the [N, V] logits are
+    read once in the usual case.
+    """
+    values, index = logits.max(dim=-1)
+    if excluded:
+        ids = torch.tensor(list(excluded), dtype=index.dtype, device=index.device)
+        bad = torch.isin(index, ids).nonzero().squeeze(1)
+        if bad.numel():
+            sub = logits.index_select(0, bad)
+            sub[:, ids] = float("-inf")
+            sub_values, sub_index = sub.max(dim=-1)
+            values, index = values.index_copy(0, bad, sub_values), index.index_copy(0, bad, sub_index)
+    return values, index
+
+
+def _fast_top1(logits: torch.Tensor, dtype: torch.dtype, forbidden: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """x0 and its softmax probability over the allowed ids, in ``dtype``: one copy, one exp, one sum."""
+    top, x0 = allowed_max(logits, forbidden)
+    shifted = logits.to(dtype, copy=True).sub_(top.to(dtype).unsqueeze(1)).exp_()
+    if forbidden:
+        shifted[:, list(forbidden)] = 0.0
+    return x0, shifted.sum(dim=-1).reciprocal()
+
+
 def candidate_predictions(
     logits: torch.Tensor,
     counts: Sequence[int],
@@ -62,10 +92,20 @@ def candidate_predictions(
     Temperature follows the LLaDA code: x0 = argmax(exp(l) / (-log U)^T) in float64, confidence from the
     untempered softmax.
     """
+    forbidden = list(dict.fromkeys(int(i) for i in forbidden_token_ids))
+    # casting up to dtype is exact and keeps order and ties, so the max can be taken on the logits themselves
+    exact = torch.promote_types(logits.dtype, dtype) == dtype
+    if temperature == 0 and exact and measure in ("top1_prob", "random"):
+        if measure == "top1_prob" and dtype in (torch.float64, torch.float32):
+            return _fast_top1(logits, dtype, forbidden)
+        if measure == "random":
+            if generators is None:
+                raise ValueError("the 'random' confidence measure needs per-row generators")
+            return allowed_max(logits, forbidden)[1], _uniform_rows(counts, (), generators, dtype, logits.device)
     work = logits.to(dtype)
-    if forbidden_token_ids:
-        work = work.clone()
-        work[:, list(forbidden_token_ids)] = float("-inf")
+    if forbidden:
+        work = work.clone() if work is logits else work
+        work[:, forbidden] = float("-inf")
     if temperature > 0:
         if generators is None:
             raise ValueError("temperature > 0 needs per-row generators")
