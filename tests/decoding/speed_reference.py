@@ -5,7 +5,8 @@ baseline on purpose). Covered: the shipped tiny checkpoints on the 500 held-out 
 none/prefix/dual, Dream without a cache and its own algorithms, SlowFast, a sampled run), and the bench's
 real-vocabulary shape (126 464 ids, random weights) with threshold 0.9 and Fréchet 0.25 x none/prefix/dual on a
 left-padded batch. dLLM-Cache and Dream with prefix/dual are left out: their semantics are being corrected
-(issue 13), so their tokens move on purpose.
+(issue 13), so their tokens move on purpose. The baseline predates the mask token's return to the softmax
+denominator (issue 13 item 11), so every decode here runs with ``confidence_mask_in_softmax=False``.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ RULES = {
 }
 DREAM_ALGS = {f"dream_{alg}": ("dream", {"steps": DEFAULT_GEN_LENGTH, "alg": alg}, None, {})
               for alg in ("maskgit_plus", "topk_margin", "entropy")}
+EARLIER_CONFIDENCE = {"confidence_mask_in_softmax": False}
 VOCAB_RULES = {"threshold0.9": ("threshold", {"tau": 0.9}), "frechet0.25": ("frechet", {"delta": 0.25})}
 
 
@@ -67,12 +69,13 @@ def tiny_runs(flavour: str, limit: int | None = None) -> dict[str, dict]:
             res = generate(model, prompts, torch.ones_like(prompts), gen_length=DEFAULT_GEN_LENGTH,
                            block_length=block, policy=build_policy(policy, **pparams),
                            selector=build_selector(selector, **sparams) if selector else None,
-                           cache=build_cache(cache), early_stop=True)
+                           cache=build_cache(cache), early_stop=True, **EARLIER_CONFIDENCE)
             out[f"{flavour}/{name}/{cache}"] = digest(res.tokens, [r.nfe for r in res.records])
     if flavour == "llada":  # the sampled path (Gumbel noise per row)
         res = generate(model, prompts, torch.ones_like(prompts), gen_length=DEFAULT_GEN_LENGTH,
                        block_length=TINY_BLOCK, policy=build_policy("blocks", steps=DEFAULT_GEN_LENGTH),
-                       selector=build_selector("topk"), temperature=0.7, seed=list(range(len(rows))))
+                       selector=build_selector("topk"), temperature=0.7, seed=list(range(len(rows))),
+                       **EARLIER_CONFIDENCE)
         out["llada/sequential_t0.7/none"] = digest(res.tokens, [r.nfe for r in res.records])
     return out
 
@@ -92,7 +95,7 @@ def vocab_runs(gen_length: int = 64, block: int = 32) -> dict[str, dict]:
         for cache in ("none", "prefix", "dual"):
             res = generate(model, ids, mask, gen_length=gen_length, block_length=block,
                            policy=build_policy("blocks"), selector=build_selector(selector, **params),
-                           cache=build_cache(cache))
+                           cache=build_cache(cache), **EARLIER_CONFIDENCE)
             out[f"vocab/{name}/{cache}"] = digest(res.tokens, [r.nfe for r in res.records])
     return out
 

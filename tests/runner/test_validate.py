@@ -104,6 +104,11 @@ def test_dream_algorithm_has_no_blocks(tiny_dream_dir):
             match=r"block_length=8.*'slowfast \(variant dream\)'.*equal gen_length=24")
 
 
+def test_confidence_mask_in_softmax_is_a_boolean(llada_overrides):
+    assert check(llada_overrides)["confidence_mask_in_softmax"] is True
+    rejects(llada_overrides, "confidence_mask_in_softmax=sometimes", match=r"confidence_mask_in_softmax='sometimes'")
+
+
 def test_unknown_compat_switch(llada_overrides):
     rejects(llada_overrides, "+compat.magic=true", match=r"compat='magic'.*'factor_rule'")
 
