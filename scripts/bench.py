@@ -1,7 +1,9 @@
 """Decoding-engine benchmarks: selector cost, per-step time by cache mode, per-forward latency (GPU shapes).
 
-CPU default (``make bench``): a mid-size random LLaDA-shaped model (d_model 1024, 8 layers), prompt 256 + answer
-128, block 32, every cache mode through the real ``generate`` loop; writes results/bench/*.csv.
+CPU default (``make bench``): a mid-size random LLaDA-shaped model (d_model 1024, 8 layers, vocab 16k), prompt 256
++ answer 128, block 32, every cache mode through the real ``generate`` loop with fixed steps; then the
+real-vocabulary shape (d_model 512, 4 layers, LLaDA's 126 464 ids), prompt 128 + answer 256, threshold 0.9 and
+Fréchet 0.25 with none/prefix/dual; writes results/bench/*.csv.
 ``--device cuda --shape llada-8b``: the real LLaDA-8B shapes with random bf16 weights, per-forward latency per
 cache mode at answer lengths 256/512/1024, batch 1 and 8.
 """
@@ -32,6 +34,7 @@ LLADA_CONFIG = ROOT / "dllm_bench" / "models" / "reference_configs" / "llada-8b-
 SHAPES = {
     # d_model, n_layers, n_heads, mlp_hidden, vocab
     "cpu-mid": dict(d_model=1024, n_layers=8, n_heads=16, n_kv_heads=16, mlp_hidden_size=3072, embedding_size=16384),
+    "cpu-vocab": dict(d_model=512, n_layers=4, n_heads=4, n_kv_heads=4, mlp_hidden_size=1536, embedding_size=126464),
     "llada-8b": dict(d_model=4096, n_layers=32, n_heads=32, n_kv_heads=32, mlp_hidden_size=12288, embedding_size=126464),
     "tiny": dict(d_model=64, n_layers=2, n_heads=4, n_kv_heads=4, mlp_hidden_size=256, embedding_size=512),
 }
@@ -60,29 +63,34 @@ def build_model(shape: str, device: torch.device, dtype: torch.dtype) -> Diffusi
 
 
 class TimedNetwork:
-    """Wraps the network to time every forward (synchronised) and remember its query length."""
+    """Wraps the network to time every forward (synchronised) and remember its shape."""
+
+    accepts_logits_range = True
 
     def __init__(self, model: DiffusionLM):
         self.model, self.config = model, model.config
-        self.forwards: list[tuple[int, float]] = []
+        self.forwards: list[tuple[int, int, int, float]] = []  # (queries, keys, LM-head positions, seconds)
 
     def __call__(self, input_ids, **kwargs):
         sync(input_ids.device)
         t = time.perf_counter()
         out = self.model(input_ids, **kwargs)
         sync(input_ids.device)
-        self.forwards.append((input_ids.shape[1], time.perf_counter() - t))
+        mask = kwargs.get("attention_mask")
+        keys = mask.shape[1] if mask is not None else input_ids.shape[1]
+        self.forwards.append((input_ids.shape[1], keys, out.shape[1], time.perf_counter() - t))
         return out
 
 
-def layer_flops(cfg: ModelConfig, queries: int, keys: int) -> float:
-    """Multiply-add FLOPs of one forward with ``queries`` query positions attending over ``keys`` keys."""
+def layer_flops(cfg: ModelConfig, queries: int, keys: int, head: int | None = None) -> float:
+    """Multiply-add FLOPs of one forward: ``queries`` positions attending over ``keys`` keys, the LM head on
+    ``head`` positions (default: every query; the engine runs it on the candidates' window only)."""
     d, hd = cfg.d_model, cfg.d_model // cfg.n_heads
     kv = cfg.n_kv_heads * hd
     proj = 2 * queries * (d * d * 2 + d * kv * 2)  # q, o and k, v
     mlp = 2 * queries * 3 * d * cfg.mlp_hidden_size
     attn = 2 * 2 * queries * keys * d
-    return cfg.n_layers * (proj + mlp + attn) + 2 * queries * d * cfg.vocab_size
+    return cfg.n_layers * (proj + mlp + attn) + 2 * (queries if head is None else head) * d * cfg.vocab_size
 
 
 def bench_selectors(repeats: int) -> pd.DataFrame:
@@ -119,6 +127,55 @@ CPU_CACHES = {
     "dual": ("dual", {}),
     "dllm": ("dllm", {"prompt_interval": 50, "response_interval": 7, "verify_ratio": 0.25}),
 }
+# the real-vocabulary shape runs the adaptive rules of the paper tables
+VOCAB_RULES = {"threshold": ("threshold", {"tau": 0.9}), "frechet": ("frechet", {"delta": 0.25})}
+
+
+def step_row(net: TimedNetwork, wall: float, nfe: int, canvas: int) -> dict:
+    """Per-step figures of one timed decode: step time, min full/cached forward, outside-network share and the
+    cached forward's cost per FLOP against the full forward's (1 = a cached FLOP costs what a full one does)."""
+    inside = sum(f[3] for f in net.forwards)
+    full = [f for f in net.forwards if f[0] == canvas]
+    cached = [f for f in net.forwards if f[0] < canvas]
+    cfg = net.config
+
+    def per_flop(fs):
+        return min(f[3] / layer_flops(cfg, f[0], f[1], f[2]) for f in fs) if fs else float("nan")
+
+    flop_ratio = (sum(layer_flops(cfg, *f[:3]) for f in cached) / len(cached) / layer_flops(cfg, *full[0][:3])
+                  if cached and full else float("nan"))
+    return dict(
+        steps=nfe, step_time_ms=round(wall / nfe * 1e3, 2),
+        full_forward_ms=round(min(f[3] for f in full) * 1e3, 2) if full else float("nan"),
+        cached_forward_ms=round(min(f[3] for f in cached) * 1e3, 2) if cached else float("nan"),
+        outside_network_ms_per_step=round((wall - inside) / nfe * 1e3, 3),
+        outside_network_fraction=round(1 - inside / wall, 4),
+        cached_flop_ratio=round(flop_ratio, 4),
+        time_over_flop_ratio=round(per_flop(cached) / per_flop(full), 3) if cached and full else float("nan"),
+    )
+
+
+def timed_decode(model: DiffusionLM, ids: torch.Tensor, answer: int, block: int, policy, selector,
+                 cache: tuple[str, dict]) -> dict:
+    """One warmed-up decode through ``generate`` with every forward timed; returns :func:`step_row`."""
+    device = ids.device
+    net = TimedNetwork(model)
+    name, params = cache
+    generate(net, ids[:, :16], gen_length=block, block_length=block, policy=build_policy("blocks", steps=2),
+             selector=build_selector("topk"), cache=build_cache(name, **params))  # warm-up
+    net.forwards.clear()
+    sync(device)
+    t = time.perf_counter()
+    out = generate(net, ids, gen_length=answer, block_length=block, policy=policy, selector=selector,
+                   cache=build_cache(name, **params))
+    sync(device)
+    return step_row(net, time.perf_counter() - t, out.records[0].nfe, ids.shape[1] + answer)
+
+
+def _prompt(model: DiffusionLM, batch: int, prompt: int) -> torch.Tensor:
+    device = next(model.parameters()).device
+    g = torch.Generator().manual_seed(1)
+    return torch.randint(0, model.config.vocab_size - 8, (batch, prompt), generator=g).to(device)
 
 
 def bench_generate(model: DiffusionLM, batch: int, prompt: int, answer: int, block: int, steps: int) -> pd.DataFrame:
@@ -127,47 +184,35 @@ def bench_generate(model: DiffusionLM, batch: int, prompt: int, answer: int, blo
     Forward times are the minimum over the run's forwards (the uncontended cost on a shared machine); the step
     time is the mean and the outside-network fraction compares time inside and outside forwards of one run.
     """
-    cfg = model.config
-    device = next(model.parameters()).device
-    ids = torch.randint(0, cfg.vocab_size - 8, (batch, prompt), generator=torch.Generator().manual_seed(1)).to(device)
+    ids = _prompt(model, batch, prompt)
     rows = []
-    full_flops = layer_flops(cfg, prompt + answer, prompt + answer)
-    for mode, (name, params) in CPU_CACHES.items():
-        net = TimedNetwork(model)
-        generate(net, ids[:, :16], gen_length=block, block_length=block, policy=build_policy("blocks", steps=2),
-                 selector=build_selector("topk"), cache=build_cache(name, **params))  # warm-up
-        net.forwards.clear()
-        sync(device)
-        t = time.perf_counter()
-        out = generate(net, ids, gen_length=answer, block_length=block, policy=build_policy("blocks", steps=steps),
-                       selector=build_selector("topk"), cache=build_cache(name, **params))
-        sync(device)
-        wall = time.perf_counter() - t
-        inside = sum(s for _, s in net.forwards)
-        cached = [s for q, s in net.forwards if q < prompt + answer]
-        full = [s for q, s in net.forwards if q == prompt + answer]
-        if name == "prefix":
-            expected = sum(layer_flops(cfg, q, prompt + answer) for q, _ in net.forwards if q < prompt + answer)
-            expected /= max(len(cached), 1) * full_flops
-        elif name == "dual":
-            expected = layer_flops(cfg, block, prompt + answer) / full_flops
-        else:
-            expected = float("nan")
-        rows.append(dict(
-            cache=mode, batch=batch, prompt=prompt, answer=answer, block=block, steps=out.records[0].nfe,
-            step_time_ms=round(wall / out.records[0].nfe * 1e3, 2),
-            full_forward_ms=round(min(full) * 1e3, 2) if full else float("nan"),
-            cached_forward_ms=round(min(cached) * 1e3, 2) if cached else float("nan"),
-            outside_network_fraction=round(1 - inside / wall, 4),
-            cached_flop_ratio=round(expected, 4),
-        ))
+    for mode, cache in CPU_CACHES.items():
+        row = timed_decode(model, ids, answer, block, build_policy("blocks", steps=steps), build_selector("topk"),
+                           cache)
+        rows.append(dict(cache=mode, selector="topk", batch=batch, prompt=prompt, answer=answer, block=block, **row))
+    return pd.DataFrame(_versus_none(rows))
+
+
+def bench_vocab(model: DiffusionLM, prompt: int, answer: int, block: int, caches: tuple[str, ...]) -> pd.DataFrame:
+    """The real-vocabulary shape: threshold 0.9 and Fréchet 0.25 (adaptive, until each block is full) per cache."""
+    ids = _prompt(model, 1, prompt)
+    rows = []
+    for rule, (name, params) in VOCAB_RULES.items():
+        group = []
+        for mode in caches:
+            row = timed_decode(model, ids, answer, block, build_policy("blocks"), build_selector(name, **params),
+                               CPU_CACHES[mode])
+            group.append(dict(cache=mode, selector=rule, batch=1, prompt=prompt, answer=answer, block=block, **row))
+        rows += _versus_none(group)
+    return pd.DataFrame(rows)
+
+
+def _versus_none(rows: list[dict]) -> list[dict]:
+    """Adds each row's step time against the first row's (no cache)."""
     base = rows[0]["step_time_ms"]
     for r in rows:
         r["step_time_vs_none"] = round(r["step_time_ms"] / base, 4)
-        ratio = r["cached_forward_ms"] / rows[0]["full_forward_ms"] if r["cached_forward_ms"] == r["cached_forward_ms"] else float("nan")
-        r["cached_time_ratio"] = round(ratio, 4)
-        r["time_over_flop_ratio"] = round(ratio / r["cached_flop_ratio"], 3) if r["cached_flop_ratio"] == r["cached_flop_ratio"] else float("nan")
-    return pd.DataFrame(rows)
+    return rows
 
 
 def forward_latency(model: DiffusionLM, mode: str, batch: int, prompt: int, answer: int, block: int,
@@ -219,6 +264,15 @@ def bench_forward_latency(model: DiffusionLM, prompt: int, answers: list[int], b
     return pd.DataFrame(rows)
 
 
+def write(frame: pd.DataFrame, name: str, shape: str, meta: dict, out: Path) -> None:
+    """CSV with the shape and the machine's metadata on every row; printed too."""
+    frame["shape"] = shape
+    for k, v in meta.items():
+        frame[k] = v
+    frame.to_csv(out / name, index=False)
+    print(frame.to_string(index=False))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cpu")
@@ -228,6 +282,9 @@ def main() -> None:
     ap.add_argument("--prompt", type=int, default=None)
     ap.add_argument("--answer", type=int, default=128)
     ap.add_argument("--block", type=int, default=32)
+    ap.add_argument("--vocab-prompt", type=int, default=128, help="real-vocabulary shape: prompt length")
+    ap.add_argument("--vocab-answer", type=int, default=256, help="real-vocabulary shape: answer length")
+    ap.add_argument("--skip-vocab", action="store_true", help="leave out the real-vocabulary shape")
     ap.add_argument("--selectors-only", action="store_true", help="only the selector-cost table")
     ap.add_argument("--budget-s", type=float, default=280.0, help="stop the latency sweep after this long")
     args = ap.parse_args()
@@ -257,11 +314,13 @@ def main() -> None:
         steps = (args.answer // args.block) * 4
         with torch.no_grad():
             gen = bench_generate(model, 1, prompt, args.answer, args.block, steps)
-        gen["shape"] = shape
-        for k, v in meta.items():
-            gen[k] = v
-        gen.to_csv(out / f"cache_steps_{tag}.csv", index=False)
-        print(gen.to_string(index=False))
+        write(gen, f"cache_steps_{tag}.csv", shape, meta, out)
+        if not args.skip_vocab:
+            del model
+            vocab = build_model("cpu-vocab", device, dtype)
+            with torch.no_grad():
+                steps = bench_vocab(vocab, args.vocab_prompt, args.vocab_answer, args.block, ("none", "prefix", "dual"))
+            write(steps, f"cache_steps_{device.type}_cpu-vocab.csv", "cpu-vocab", meta, out)
     else:
         prompt = args.prompt or 512
         lat = bench_forward_latency(model, prompt, [256, 512, 1024], [1, 8], args.block, repeats=5,

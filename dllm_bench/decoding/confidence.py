@@ -1,8 +1,12 @@
 """Token choice and confidence, computed only at candidate positions.
 
 The published LLaDA code takes a float64 softmax over the whole canvas and vocabulary every step; here the
-logits of the candidates ([N, V], N = masked positions in the window) are gathered first and only those
-are converted to the requested precision.
+logits of the candidates ([N, V], N = masked positions in the window) are gathered first, and for the usual
+case (top-1 probability, greedy, a confidence dtype at least as precise as the logits) the choice is a max
+over the logits themselves and the confidence 1 / sum(exp(l - l_max)) from one copy in that dtype: at a
+126k vocabulary the float64 cast, a second copy for forbidden ids and the full softmax cost up to a fifth of
+the LM head. Any other case takes the direct route (cast, mask, softmax). The mask token is never chosen but
+stays in the softmax denominator, as in the published code (``unchosen_token_ids``).
 """
 
 from __future__ import annotations
@@ -45,6 +49,36 @@ def _uniform_rows(counts: Sequence[int], shape_tail: tuple[int, ...], generators
     return torch.cat(parts, dim=0)
 
 
+def allowed_max(logits: torch.Tensor, excluded: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Largest logit outside ``excluded`` and its index per row (the first one on ties, as ``argmax``).
+
+    Only rows whose overall maximum is an excluded id are copied and masked, so the [N, V] logits are
+    read once in the usual case.
+    """
+    values, index = logits.max(dim=-1)
+    if excluded:
+        ids = torch.tensor(list(excluded), dtype=index.dtype, device=index.device)
+        bad = torch.isin(index, ids).nonzero().squeeze(1)
+        if bad.numel():
+            sub = logits.index_select(0, bad)
+            sub[:, ids] = float("-inf")
+            sub_values, sub_index = sub.max(dim=-1)
+            values, index = values.index_copy(0, bad, sub_values), index.index_copy(0, bad, sub_index)
+    return values, index
+
+
+def _fast_top1(logits: torch.Tensor, dtype: torch.dtype, forbidden: list[int],
+               kept: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """x0 (never forbidden or kept) and its softmax probability over every id but the forbidden ones, in
+    ``dtype``: one copy, one exp, one sum."""
+    top, x0 = allowed_max(logits, forbidden + kept)
+    shift = torch.maximum(top, logits[:, kept].amax(dim=-1)) if kept else top  # the denominator's max
+    shifted = logits.to(dtype, copy=True).sub_(shift.to(dtype).unsqueeze(1)).exp_()
+    if forbidden:
+        shifted[:, forbidden] = 0.0
+    return x0, shifted.gather(1, x0.unsqueeze(1)).squeeze(1) / shifted.sum(dim=-1)
+
+
 def candidate_predictions(
     logits: torch.Tensor,
     counts: Sequence[int],
@@ -53,6 +87,7 @@ def candidate_predictions(
     dtype: torch.dtype = torch.float64,
     temperature: float = 0.0,
     forbidden_token_ids: Sequence[int] = (),
+    unchosen_token_ids: Sequence[int] = (),
     generators: Sequence[torch.Generator] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Token choice x0 [N] and confidence [N] from candidate logits [N, V] (rows in batch order).
@@ -60,12 +95,30 @@ def candidate_predictions(
     ``counts`` gives how many of the N candidates belong to each batch row, so noise (Gumbel for
     temperature > 0, uniform for the 'random' measure) is drawn from each row's own generator.
     Temperature follows the LLaDA code: x0 = argmax(exp(l) / (-log U)^T) in float64, confidence from the
-    untempered softmax.
+    untempered softmax. ``forbidden_token_ids`` are out of the choice and of the softmax (banned ids);
+    ``unchosen_token_ids`` are never chosen but stay in the softmax denominator (the mask token: the published
+    code takes the softmax over the whole vocabulary).
     """
+    forbidden = list(dict.fromkeys(int(i) for i in forbidden_token_ids))
+    kept = [i for i in dict.fromkeys(int(i) for i in unchosen_token_ids) if i not in forbidden]
+    # casting up to dtype is exact and keeps order and ties, so the max can be taken on the logits themselves
+    exact = torch.promote_types(logits.dtype, dtype) == dtype
+    if temperature == 0 and exact and measure in ("top1_prob", "random"):
+        if measure == "top1_prob" and dtype in (torch.float64, torch.float32):
+            return _fast_top1(logits, dtype, forbidden, kept)
+        if measure == "random":
+            if generators is None:
+                raise ValueError("the 'random' confidence measure needs per-row generators")
+            choice = allowed_max(logits, forbidden + kept)[1]
+            return choice, _uniform_rows(counts, (), generators, dtype, logits.device)
     work = logits.to(dtype)
-    if forbidden_token_ids:
+    if forbidden:
+        work = work.clone() if work is logits else work
+        work[:, forbidden] = float("-inf")
+    probs_from = work
+    if kept:
         work = work.clone()
-        work[:, list(forbidden_token_ids)] = float("-inf")
+        work[:, kept] = float("-inf")
     if temperature > 0:
         if generators is None:
             raise ValueError("temperature > 0 needs per-row generators")
@@ -79,12 +132,15 @@ def candidate_predictions(
             raise ValueError("the 'random' confidence measure needs per-row generators")
         return x0, _uniform_rows(counts, (), generators, dtype, work.device)
     if measure == "top1_prob":
-        conf = torch.softmax(work, dim=-1).gather(-1, x0.unsqueeze(-1)).squeeze(-1)
+        conf = torch.softmax(probs_from, dim=-1).gather(-1, x0.unsqueeze(-1)).squeeze(-1)
     elif measure == "margin":
-        top2 = torch.softmax(work, dim=-1).topk(2, dim=-1).values
+        probs = torch.softmax(probs_from, dim=-1)
+        if kept:
+            probs[:, kept] = 0.0  # the two most probable ids that can be chosen
+        top2 = probs.topk(2, dim=-1).values
         conf = top2[:, 0] - top2[:, 1]
     elif measure == "neg_entropy":
-        log_probs = torch.log_softmax(work, dim=-1)
+        log_probs = torch.log_softmax(probs_from, dim=-1)
         conf = (log_probs.exp() * log_probs.nan_to_num(neginf=0.0)).sum(dim=-1)
     else:
         raise ValueError(f"confidence measure {measure!r} is not one of {MEASURES}")

@@ -89,6 +89,7 @@ def generate(
     cache: Cache | None = None,
     confidence: str | None = None,
     confidence_precision: str | torch.dtype = "float64",
+    confidence_mask_in_softmax: bool = True,
     temperature: float = 0.0,
     cfg_scale: float = 0.0,
     forbidden_token_ids: Sequence[int] = (),
@@ -103,7 +104,11 @@ def generate(
     stop_token_ids: Sequence[int] | None = None,
     pad_token_id: int | None = None,
 ) -> GenerationOutput:
-    """Decode ``gen_length`` masked positions after left-padded prompts; returns tokens and per-row records."""
+    """Decode ``gen_length`` masked positions after left-padded prompts; returns tokens and per-row records.
+
+    The mask token is never a prediction; ``confidence_mask_in_softmax`` keeps it in the confidence's softmax
+    denominator as the published code does (False: renormalised over the other ids, this harness's earlier rule).
+    """
     cache = cache if cache is not None else NoCache()
     check_combination(policy, selector, cache, gen_length=gen_length, block_length=block_length, cfg_scale=cfg_scale)
     if temperature < 0:
@@ -139,7 +144,8 @@ def generate(
     generators = _row_generators(seed, B, device) if (temperature > 0 or measure == "random") else None
     stop_ids = torch.tensor(stops, dtype=x.dtype, device=device) if stops else None
     # the mask token is never a prediction: committing it would leave the position masked forever
-    forbidden = tuple(dict.fromkeys([*forbidden_token_ids, mask_id]))
+    forbidden = tuple(dict.fromkeys([*forbidden_token_ids, *(() if confidence_mask_in_softmax else (mask_id,))]))
+    unchosen = (mask_id,) if confidence_mask_in_softmax else ()
     force_first = isinstance(cache, PrefixCache | DualCache) and cache.compat_first_token
 
     active = torch.ones(B, dtype=torch.bool, device=device)
@@ -168,7 +174,7 @@ def generate(
             pred = torch.full((B, G), mask_id, dtype=x.dtype, device=device)
             refreshed = torch.zeros(B, dtype=torch.bool, device=device)
             for res in results:
-                _fill_predictions(res, cand, conf, pred, P, G, measure, dtype, temperature, forbidden,
+                _fill_predictions(res, cand, conf, pred, P, G, measure, dtype, temperature, forbidden, unchosen,
                                   generators)
                 positions[res.rows.cpu()] += res.positions
                 refreshed[res.rows] = res.refresh
@@ -229,7 +235,7 @@ def _check_no_mask(tokens: torch.Tensor, mask_id: int, policy: Policy, selector:
 
 
 def _fill_predictions(res: ForwardResult, cand, conf, pred, P: int, G: int, measure: str, dtype,
-                      temperature: float, forbidden, generators) -> None:
+                      temperature: float, forbidden, unchosen, generators) -> None:
     """Confidence and x0 at the candidates of ``res.rows`` from that forward's logits (in place)."""
     a0 = max(res.start - P, 0)
     a1 = min(res.start + res.logits.shape[1] - P, G)
@@ -247,7 +253,7 @@ def _fill_predictions(res: ForwardResult, cand, conf, pred, P: int, G: int, meas
     counts = sub_cand.sum(dim=1).tolist()
     gens = [generators[int(r)] for r in rows] if generators is not None else None
     x0, c = candidate_predictions(flat, counts, measure=measure, dtype=dtype, temperature=temperature,
-                                  forbidden_token_ids=forbidden, generators=gens)
+                                  forbidden_token_ids=forbidden, unchosen_token_ids=unchosen, generators=gens)
     sub_conf = torch.full(sub_cand.shape, float("-inf"), dtype=dtype, device=conf.device)
     sub_pred = torch.zeros(sub_cand.shape, dtype=pred.dtype, device=pred.device)
     sub_conf[sub_cand] = c.to(dtype)

@@ -4,10 +4,11 @@ These objects only store and merge tensors; *when* to refresh is the decoding en
 (:mod:`dllm_bench.decoding`). Both run the network's own :class:`~dllm_bench.models.network.Block` pieces, so
 a cached forward is the uncached computation restricted to fewer positions.
 
-- :class:`KVCache` (Fast-dLLM prefix and dual cache): per layer, K (before RoPE, as the published code keeps
-  it) and V of every canvas position. A forward over a span writes the span's K/V in place and attends over
-  the whole stored canvas. Dream's extra position before a span (for its shifted logit) is read, not written:
-  its K/V stay as the last full forward left them, as in the published Dream cache.
+- :class:`KVCache` (Fast-dLLM prefix and dual cache): per layer, K (after RoPE: each key is rotated once, when
+  it is written, where the published code rotates every stored key every step; same values) and V of every
+  canvas position. A forward over a span writes the span's K/V in place and attends over the whole stored
+  canvas. Dream's extra position before a span (for its shifted logit) is read, not written: its K/V stay as
+  the last full forward left them, as in the published Dream cache.
 - :class:`FeatureCache` (dLLM-Cache): per layer K, V, attention output and FFN output, with the prompt and the
   response refreshed on their own schedules and V-verify partial recomputation of the least similar tokens.
 """

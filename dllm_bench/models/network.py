@@ -175,12 +175,15 @@ class Block(nn.Module):
         return self._heads(self.v_proj(self.attn_norm(h)), self.n_kv_heads)
 
     def attend(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: LayerContext, q_index: torch.Tensor | None = None
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: LayerContext, q_index: torch.Tensor | None = None,
+        keys_rotated: bool = False,
     ) -> torch.Tensor:
-        """Attention output (after o_proj) [B, T, d] of queries q over all canvas keys k, v [B, Hkv, S, D]."""
+        """Attention output (after o_proj) [B, T, d] of queries q over all canvas keys k, v [B, Hkv, S, D];
+        ``keys_rotated``: k already carries RoPE (a KV cache rotates each key once, when it is written)."""
         q_cos, q_sin = ctx.query_rope(q_index)
         q = apply_rope(q, q_cos, q_sin)
-        k = apply_rope(k, ctx.cos, ctx.sin)
+        if not keys_rotated:
+            k = apply_rope(k, ctx.cos, ctx.sin)
         mask = None if ctx.key_mask is None else ctx.key_mask[:, None, None, :]
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.n_kv_heads != self.n_heads)
         b, _, t, _ = out.shape
@@ -192,11 +195,18 @@ class Block(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
     def forward(self, h: torch.Tensor, ctx: LayerContext, kv_update: Any = None) -> torch.Tensor:
-        """Plain layer; ``kv_update(k, v) -> (k_all, v_all)`` lets a KV cache merge the span into stored keys."""
+        """Plain layer; ``kv_update(k, v) -> (k_all, v_all)`` lets a KV cache merge the span into stored keys.
+
+        With a KV cache the span's keys are rotated before they are stored (RoPE is elementwise per position,
+        so the values are the same), and a cached step rotates its T keys instead of all S."""
         q, k, v = self.qkv(h)
-        if kv_update is not None:
-            k, v = kv_update(k, v)
-        h = h + self.attend(q, k, v, ctx)
+        if kv_update is None:
+            return self._finish(h, self.attend(q, k, v, ctx))
+        k, v = kv_update(apply_rope(k, *ctx.query_rope()), v)
+        return self._finish(h, self.attend(q, k, v, ctx, keys_rotated=True))
+
+    def _finish(self, h: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        h = h + attn
         return h + self.ffn(h)
 
 
@@ -213,6 +223,7 @@ class DiffusionLM(nn.Module):
         self.norm = RMSNorm(config.d_model, config.rms_norm_eps)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.tokenizer: Any = None  # set by load_model
+        self._rope_memo: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self._register_state_dict_hook(_to_checkpoint_names)
         self._register_load_state_dict_pre_hook(_from_checkpoint_names, with_module=True)
 
@@ -254,7 +265,7 @@ class DiffusionLM(nn.Module):
                 position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
         if position_ids is None:
             position_ids = torch.arange(s, device=input_ids.device).expand(b, s)
-        cos, sin = rope_cos_sin(position_ids, self.config.head_dim, self.config.rope_theta)
+        cos, sin = self._rope_tables(position_ids)
         ctx = LayerContext(cos=cos, sin=sin, key_mask=attention_mask, start=q_lo, length=start + t - q_lo)
 
         h = self.embed(input_ids)
@@ -275,6 +286,16 @@ class DiffusionLM(nn.Module):
         else:
             h = h[:, lo - q_lo : hi - q_lo]
         return self.lm_head(self.norm(h))
+
+    def _rope_tables(self, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos/sin for ``position_ids``, reused while the positions repeat (every step of one decode)."""
+        memo = self._rope_memo
+        if (memo is not None and memo[0].shape == position_ids.shape and memo[0].device == position_ids.device
+                and torch.equal(memo[0], position_ids)):
+            return memo[1], memo[2]
+        cos, sin = rope_cos_sin(position_ids, self.config.head_dim, self.config.rope_theta)
+        self._rope_memo = (position_ids.clone(), cos, sin)
+        return cos, sin
 
     @staticmethod
     def _predecessors(lo: int, hi: int, attention_mask: torch.Tensor | None, b: int) -> torch.Tensor:

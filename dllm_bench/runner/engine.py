@@ -117,6 +117,7 @@ class DecodingEngine(Engine):
         c = self.c
         return dict(gen_length=int(c["gen_length"]), block_length=int(c["block_length"]),
                     confidence_precision=c.get("confidence_precision", "float64"),
+                    confidence_mask_in_softmax=bool(c.get("confidence_mask_in_softmax", True)),
                     temperature=float(c.get("temperature", 0.0)), cfg_scale=float(c.get("cfg_scale", 0.0)),
                     forbidden_token_ids=self.forbidden_ids,
                     early_stop=bool(c.get("early_stop", False)), seed=seeds)

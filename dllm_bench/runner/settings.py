@@ -32,6 +32,7 @@ class RunSettings:
     progress: bool = True
     count_rule: str = "cut"
     confidence_precision: str = "float64"
+    confidence_mask_in_softmax: bool = True
 
 
 @dataclass(frozen=True)

@@ -176,6 +176,8 @@ def _validate_top_level(c: dict[str, Any]) -> None:
         _fail("cfg_scale", c.get("cfg_scale"), "must be >= 0")
     _choice("count_rule", c.get("count_rule"), COUNT_RULES)
     _choice("confidence_precision", c.get("confidence_precision", "float64"), PRECISIONS)
+    if not isinstance(c.get("confidence_mask_in_softmax", True), bool):
+        _fail("confidence_mask_in_softmax", c.get("confidence_mask_in_softmax"), "must be true or false")
 
 
 def validate_config(cfg: DictConfig | dict) -> dict[str, Any]:

@@ -125,8 +125,9 @@ def reference_decode(net: PlainNetwork, prompt: list[int], rule: str, param=None
                 span = cached(x, lo, hi)
                 logits[lo: lo + span.shape[0]] = span
             logits = logits.double()
-            logits[:, mask_id] = float("-inf")
-            conf, x0 = torch.softmax(logits, dim=-1).max(dim=-1)
+            probs = torch.softmax(logits, dim=-1)  # the mask token stays in the denominator (published rule)
+            probs[:, mask_id] = -1.0  # ... but is never the prediction
+            conf, x0 = probs.max(dim=-1)
             masked = [j for j in range(lo, hi) if x[j] == mask_id]
             order = sorted(masked, key=lambda j: (-conf[j].item(), j))
             c = [conf[j].item() for j in order]

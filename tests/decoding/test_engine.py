@@ -35,9 +35,8 @@ def reference_decode(model, prompt, rule, param=None, steps=None):
         per_block = steps // (G // BL) if steps else None
         i = 0
         while (i < per_block) if rule == "topk" else bool((x[0, lo:hi] == mask_id).any()):
-            logits = model(x).double()[0]
-            logits[:, mask_id] = float("-inf")
-            probs = torch.softmax(logits, dim=-1)
+            probs = torch.softmax(model(x).double()[0], dim=-1)  # the mask token stays in the denominator
+            probs[:, mask_id] = -1.0  # ... but is never chosen
             conf, x0 = probs.max(dim=-1)
             masked = [j for j in range(lo, hi) if x[0, j] == mask_id]
             order = sorted(masked, key=lambda j: (-conf[j].item(), j))

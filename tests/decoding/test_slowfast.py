@@ -64,8 +64,8 @@ def test_llada_slowfast_freeze_mean_fallback_and_fast_phase():
     assert seen[3] == (4, 4, False, False)  # span full -> next sub-cycle explores from 4
     assert seen[5] == (4, 6, False, False)  # unstable window -> int(mean) but still exploring
     assert seen[6] == (4, 6, True, True)  # last exploration step decides
-    # the mask token is never a prediction, so the scripted 0.6 renormalises over the other 15 tokens
-    assert out.records[0].trace[2].sorted_confidences[0] == pytest.approx(0.6 / (1 - 0.4 / 15))
+    # the mask token is never a prediction but stays in the softmax, so the scripted 0.6 is the confidence
+    assert out.records[0].trace[2].sorted_confidences[0] == pytest.approx(0.6)
 
 
 def test_fallback_to_mean_when_window_never_fills_and_explore_runs_k_forwards():

@@ -151,6 +151,11 @@ def test_dream_policy_needs_steps(tiny_dream_dir):
             match=r"dream steps must be an integer >= 1")
 
 
+def test_confidence_mask_in_softmax_is_a_boolean(llada_overrides):
+    assert check(llada_overrides)["confidence_mask_in_softmax"] is True
+    rejects(llada_overrides, "confidence_mask_in_softmax=sometimes", match=r"confidence_mask_in_softmax='sometimes'")
+
+
 def test_dream_policy_on_llada_model(llada_overrides):
     rejects(llada_overrides, "policy=dream", "policy.steps=24", "block_length=24",
             match=r"model\.flavour='llada'.*policy 'dream' runs on dream")

@@ -1,0 +1,117 @@
+"""Tokens and NFE of fixed decodes, recorded before the engine's speed work, to prove it changed no decision.
+
+``python tests/decoding/speed_reference.py`` rewrites ``tests/fixtures/speed_tokens.json`` (only to record a new
+baseline on purpose). Covered: the shipped tiny checkpoints on the 500 held-out puzzles (every rule, LLaDA with
+none/prefix/dual, Dream without a cache and its own algorithms, SlowFast, a sampled run), and the bench's
+real-vocabulary shape (126 464 ids, random weights) with threshold 0.9 and Fréchet 0.25 x none/prefix/dual on a
+left-padded batch. dLLM-Cache and Dream with prefix/dual are left out: their semantics are being corrected
+(issue 13), so their tokens move on purpose. The baseline predates the mask token's return to the softmax
+denominator (issue 13 item 11), so every decode here runs with ``confidence_mask_in_softmax=False``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from dllm_bench.decoding import build_cache, build_policy, build_selector, generate  # noqa: E402
+from dllm_bench.models import load_model  # noqa: E402
+from dllm_bench.tasks.sudoku import SudokuTask  # noqa: E402
+from dllm_bench.tiny.encoding import DEFAULT_GEN_LENGTH, encode_batch  # noqa: E402
+
+FIXTURE = ROOT / "tests" / "fixtures" / "speed_tokens.json"
+CHECKPOINTS = ROOT / "dllm_bench" / "tiny" / "checkpoints"
+TINY_BLOCK = 8
+RULES = {
+    "sequential": ("blocks", {"steps": DEFAULT_GEN_LENGTH}, "topk", {}),
+    "threshold0.9": ("blocks", {}, "threshold", {"tau": 0.9}),
+    "threshold0.5": ("blocks", {}, "threshold", {"tau": 0.5}),
+    "factor1.0": ("blocks", {}, "factor", {"f": 1.0}),
+    "factor1.0compat": ("blocks", {}, "factor", {"f": 1.0, "compat": True}),
+    "frechet0.25": ("blocks", {}, "frechet", {"delta": 0.25}),
+    "slowfast_code": ("slowfast", {"preset": "code"}, None, {}),
+}
+DREAM_ALGS = {f"dream_{alg}": ("dream", {"steps": DEFAULT_GEN_LENGTH, "alg": alg}, None, {})
+              for alg in ("maskgit_plus", "topk_margin", "entropy")}
+EARLIER_CONFIDENCE = {"confidence_mask_in_softmax": False}
+VOCAB_RULES = {"threshold0.9": ("threshold", {"tau": 0.9}), "frechet0.25": ("frechet", {"delta": 0.25})}
+
+
+def _sha(values: torch.Tensor) -> str:
+    return hashlib.sha256(values.to(torch.int64).contiguous().numpy().tobytes()).hexdigest()[:16]
+
+
+def digest(tokens: torch.Tensor, nfe: list[int]) -> dict:
+    """Short sha256 of the answer ids (int64, row-major) and of the NFE per row, and the total NFE."""
+    return {"tokens": _sha(tokens), "nfe": _sha(torch.tensor(nfe)), "nfe_total": int(sum(nfe))}
+
+
+def tiny_runs(flavour: str, limit: int | None = None) -> dict[str, dict]:
+    """Digests of every covered setting on one shipped checkpoint (the 500 puzzles in one batch)."""
+    model = load_model(CHECKPOINTS / f"tiny_{flavour}", device="cpu", dtype="float32")
+    rows = SudokuTask(limit=limit).docs()
+    prompts, _ = encode_batch(model.tokenizer, model.config, [r["puzzle"] for r in rows],
+                              [r["solution"] for r in rows], DEFAULT_GEN_LENGTH)
+    settings = {**RULES, **(DREAM_ALGS if flavour == "dream" else {})}
+    caches = ("none", "prefix", "dual") if flavour == "llada" else ("none",)
+    out = {}
+    for name, (policy, pparams, selector, sparams) in settings.items():
+        for cache in caches if policy != "dream" else ("none",):
+            block = DEFAULT_GEN_LENGTH if policy == "dream" else TINY_BLOCK
+            res = generate(model, prompts, torch.ones_like(prompts), gen_length=DEFAULT_GEN_LENGTH,
+                           block_length=block, policy=build_policy(policy, **pparams),
+                           selector=build_selector(selector, **sparams) if selector else None,
+                           cache=build_cache(cache), early_stop=True, **EARLIER_CONFIDENCE)
+            out[f"{flavour}/{name}/{cache}"] = digest(res.tokens, [r.nfe for r in res.records])
+    if flavour == "llada":  # the sampled path (Gumbel noise per row)
+        res = generate(model, prompts, torch.ones_like(prompts), gen_length=DEFAULT_GEN_LENGTH,
+                       block_length=TINY_BLOCK, policy=build_policy("blocks", steps=DEFAULT_GEN_LENGTH),
+                       selector=build_selector("topk"), temperature=0.7, seed=list(range(len(rows))),
+                       **EARLIER_CONFIDENCE)
+        out["llada/sequential_t0.7/none"] = digest(res.tokens, [r.nfe for r in res.records])
+    return out
+
+
+def vocab_runs(gen_length: int = 64, block: int = 32) -> dict[str, dict]:
+    """Digests on the bench's real-vocabulary shape: two left-padded prompts (32 and 24 ids)."""
+    spec = importlib.util.spec_from_file_location("bench_script", ROOT / "scripts" / "bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    model = bench.build_model("cpu-vocab", torch.device("cpu"), torch.float32)
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(0, 126000, (2, 32), generator=g)
+    mask = torch.ones_like(ids)
+    ids[1, :8], mask[1, :8] = model.config.pad_token_id, 0
+    out = {}
+    for name, (selector, params) in VOCAB_RULES.items():
+        for cache in ("none", "prefix", "dual"):
+            res = generate(model, ids, mask, gen_length=gen_length, block_length=block,
+                           policy=build_policy("blocks"), selector=build_selector(selector, **params),
+                           cache=build_cache(cache), **EARLIER_CONFIDENCE)
+            out[f"vocab/{name}/{cache}"] = digest(res.tokens, [r.nfe for r in res.records])
+    return out
+
+
+def all_runs() -> dict[str, dict]:
+    """Everything the fixture holds: the first 100 puzzles (the quick test) and all 500, and the vocab shape."""
+    with torch.no_grad():
+        runs = {}
+        for limit in (100, None):
+            for flavour in ("llada", "dream"):
+                tag = "first100" if limit else "all500"
+                runs.update({f"{tag}/{k}": v for k, v in tiny_runs(flavour, limit).items()})
+        return {**runs, **vocab_runs()}
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(2)
+    FIXTURE.write_text(json.dumps(all_runs(), indent=1, sort_keys=True) + "\n")
+    print(f"wrote {FIXTURE}")

@@ -1,0 +1,39 @@
+"""The speed work changed no decision: tokens and NFE equal the values recorded before it
+(``tests/fixtures/speed_tokens.json``, written by ``tests/decoding/speed_reference.py`` on the earlier engine)."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+
+import pytest
+import torch
+
+from . import speed_reference as ref
+
+RECORDED = json.loads(ref.FIXTURE.read_text())
+
+
+@cache
+def _tiny(flavour: str, limit: int | None) -> dict:
+    with torch.no_grad():
+        return ref.tiny_runs(flavour, limit)
+
+
+def _tiny_case(key: str):
+    tag, flavour, name, cache = key.split("/")
+    return pytest.param(key, marks=[pytest.mark.slow] if tag == "all500" else [], id=key)
+
+
+@pytest.mark.parametrize("key", [_tiny_case(k) for k in sorted(RECORDED) if not k.startswith("vocab/")])
+def test_tiny_checkpoints_decode_as_recorded(key):
+    tag, flavour, name, cache = key.split("/")
+    got = _tiny(flavour, 100 if tag == "first100" else None)[f"{flavour}/{name}/{cache}"]
+    assert got == RECORDED[key]
+
+
+@pytest.mark.slow
+def test_real_vocabulary_shape_decodes_as_recorded():
+    with torch.no_grad():
+        got = ref.vocab_runs()
+    assert got == {k: v for k, v in RECORDED.items() if k.startswith("vocab/")}
