@@ -22,7 +22,7 @@ def _tiny(flavour: str, limit: int | None) -> dict:
 
 def _tiny_case(key: str):
     tag, flavour, name, cache = key.split("/")
-    return pytest.param(key, marks=[pytest.mark.slow] if tag == "all500" else [], id=key)
+    return pytest.param(key, marks=[pytest.mark.exhaustive] if tag == "all500" else [], id=key)
 
 
 @pytest.mark.parametrize("key", [_tiny_case(k) for k in sorted(RECORDED) if not k.startswith("vocab/")])
@@ -32,7 +32,7 @@ def test_tiny_checkpoints_decode_as_recorded(key):
     assert got == RECORDED[key]
 
 
-@pytest.mark.slow
+@pytest.mark.exhaustive
 def test_real_vocabulary_shape_decodes_as_recorded():
     with torch.no_grad():
         got = ref.vocab_runs()
