@@ -91,14 +91,15 @@ def test_tiny_table_marks_cells_on_fewer_documents_and_loaded_timing(tmp_path, l
 
     results = tmp_path / "results"
     write_runs(results / "tiny_table" / "runs.csv", "tiny", [
-        (("frechet", "none"), {}, {**summary(50, 46, 350, 1000, 0.5), "machine_loaded": "True"}),
-        (("topk", "none"), {}, {**summary(500, 490, 12000, 12000, 10.0), "machine_loaded": "False"}),
+        (("Fréchet delta=0.25", "No cache"), {}, {**summary(50, 46, 350, 1000, 0.5), "machine_loaded": "True"}),
+        (("Sequential (top-1 per step)", "No cache"), {}, {**summary(500, 490, 12000, 12000, 10.0), "machine_loaded": "False"}),
     ])
     spec = get_table("tiny")
     resolved = {r.cell.row[0] + "/" + r.cell.col[0]: r for r in resolve_table(spec, read_runs([
         results / "tiny_table" / "runs.csv"]))}
-    assert resolved["frechet/none"].partial and resolved["frechet/none"].full_size == 500  # the task's size
-    assert not resolved["topk/none"].partial
+    frechet, sequential = resolved["Fréchet delta=0.25/No cache"], resolved["Sequential (top-1 per step)/No cache"]
+    assert frechet.partial and frechet.full_size == 500  # the task's size
+    assert not sequential.partial
     text = to_markdown(spec, list(resolved.values()))
     frechet_acc = next(line for line in text.splitlines() if line.startswith("| Fréchet"))
     assert "92.0 [" in frechet_acc and "n=50†" in frechet_acc
