@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import errno
 import fcntl
+import io
 import json
 import os
 from collections.abc import Iterable, Iterator
@@ -180,15 +181,8 @@ class ResultsStore:
             rows.append({k: "" if v is None else v for k, v in row.items()})
             columns = schema_order(k for r in rows for k in r)
             rows.sort(key=lambda r: str(r.get("run_id")))
-            tmp = self.runs_csv.with_name(f"runs.csv.tmp{os.getpid()}")
-            try:
-                with _naming(self.runs_csv), open(tmp, "w", newline="", encoding="utf-8") as f:
-                    writer = csv.DictWriter(f, fieldnames=columns, restval="")
-                    writer.writeheader()
-                    writer.writerows(rows)
-                    f.flush()
-                    os.fsync(f.fileno())
-            except OSError:
-                tmp.unlink(missing_ok=True)
-                raise
-            os.replace(tmp, self.runs_csv)
+            text = io.StringIO(newline="")
+            writer = csv.DictWriter(text, fieldnames=columns, restval="")
+            writer.writeheader()
+            writer.writerows(rows)
+            _atomic_write_text(self.runs_csv, text.getvalue())
