@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import random
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -42,3 +46,38 @@ def lm_eval_render(tmp_path_factory):
 
     yield render
     patch.undo()
+
+
+@contextmanager
+def loopback_listener(backlog: int = 4) -> Iterator[tuple[int, list[bytes]]]:
+    """A TCP server on 127.0.0.1 that records what reaches it: (port, received bytes per connection)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(backlog)
+    server.settimeout(0.2)
+    hits: list[bytes] = []
+    stop = threading.Event()
+
+    def accept():
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+                hits.append(conn.recv(16))
+                conn.close()
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1], hits
+    finally:
+        stop.set()
+        thread.join()
+        server.close()
+
+
+@pytest.fixture(scope="session")
+def loopback():
+    """The `loopback_listener` context manager, for tests in this folder (it is not a package to import from)."""
+    return loopback_listener

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
-import threading
 from pathlib import Path
 
 import pytest
@@ -39,30 +37,10 @@ ADVERSARIAL = {
 
 
 @pytest.fixture(scope="module")
-def listener():
+def listener(loopback):
     """A host TCP server: no sandboxed program may reach it."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(4)
-    server.settimeout(0.2)
-    hits = []
-    stop = threading.Event()
-
-    def accept():
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-                hits.append(conn.recv(16))
-                conn.close()
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield server.getsockname()[1], hits
-    stop.set()
-    thread.join()
-    server.close()
+    with loopback(4) as (port, hits):
+        yield port, hits
 
 
 @pytest.fixture(params=["bwrap", "rlimits+audit"])

@@ -6,9 +6,7 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import socket
 import sys
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,7 +147,7 @@ HOSTILE: dict[str, tuple[str, Check]] = {
 
 
 @pytest.fixture
-def host(tmp_path, monkeypatch):
+def host(tmp_path, monkeypatch, loopback):
     """A victim file, an empty outside dir, a root-only secret file, a 127.0.0.1 listener, a secret in our env."""
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me")
@@ -161,28 +159,8 @@ def host(tmp_path, monkeypatch):
     secret_file.write_text(SECRET)
     os.chmod(secret_file, 0o600)
     monkeypatch.setenv("HF_TOKEN", SECRET)
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(8)
-    server.settimeout(0.2)
-    hits: list = []
-    stop = threading.Event()
-
-    def accept():
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-                hits.append(conn.recv(16))
-                conn.close()
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield Host(victim, outside, secret_file, server.getsockname()[1], hits, f"987654.{secrets.randbelow(10**9)}")
-    stop.set()
-    thread.join()
-    server.close()
+    with loopback(8) as (port, hits):
+        yield Host(victim, outside, secret_file, port, hits, f"987654.{secrets.randbelow(10**9)}")
 
 
 def render(template: str, h: Host, hook_off: bool) -> str:
