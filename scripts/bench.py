@@ -28,6 +28,7 @@ from dllm_bench.decoding.selectors import (
     topk_commit_mask,
 )
 from dllm_bench.models import DiffusionLM, FeatureCache, KVCache, ModelConfig
+from dllm_bench.models.network import store_linear_weights_transposed
 
 ROOT = Path(__file__).resolve().parent.parent
 LLADA_CONFIG = ROOT / "dllm_bench" / "models" / "reference_configs" / "llada-8b-instruct" / "config.json"
@@ -40,13 +41,18 @@ SHAPES = {
 }
 
 
+WEIGHT_LAYOUTS = ("loaded", "checkpoint")
+
+
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-def build_model(shape: str, device: torch.device, dtype: torch.dtype) -> DiffusionLM:
-    """Random-weight LLaDA-shaped network (real 8B config keys, sizes from ``SHAPES``)."""
+def build_model(shape: str, device: torch.device, dtype: torch.dtype, weight_layout: str = "loaded") -> DiffusionLM:
+    """Random-weight LLaDA-shaped network (real 8B config keys, sizes from ``SHAPES``); ``weight_layout``
+    'loaded' = what ``load_model`` gives on this device (Linear weights stored transposed on the CPU),
+    'checkpoint' = the checkpoint's own row-major layout."""
     raw = json.loads(LLADA_CONFIG.read_text())
     sizes = SHAPES[shape]
     vocab = sizes["embedding_size"]
@@ -59,6 +65,10 @@ def build_model(shape: str, device: torch.device, dtype: torch.dtype) -> Diffusi
         model = DiffusionLM(cfg).to(dtype)
     for p in model.parameters():
         torch.nn.init.normal_(p, std=0.02) if p.dim() > 1 else torch.nn.init.ones_(p)
+    if weight_layout not in WEIGHT_LAYOUTS:
+        raise ValueError(f"weight_layout {weight_layout!r} is not one of {WEIGHT_LAYOUTS}")
+    if weight_layout == "loaded" and device.type == "cpu":
+        store_linear_weights_transposed(model)
     return model.eval()
 
 
@@ -287,6 +297,9 @@ def main() -> None:
     ap.add_argument("--skip-vocab", action="store_true", help="leave out the real-vocabulary shape")
     ap.add_argument("--selectors-only", action="store_true", help="only the selector-cost table")
     ap.add_argument("--budget-s", type=float, default=280.0, help="stop the latency sweep after this long")
+    ap.add_argument("--weight-layout", default="loaded", choices=WEIGHT_LAYOUTS,
+                    help="loaded: as load_model stores them on this device (transposed on the CPU); "
+                         "checkpoint: row-major, as in the checkpoint")
     args = ap.parse_args()
     device = torch.device(args.device)
     torch.set_num_threads(args.threads)
@@ -298,7 +311,7 @@ def main() -> None:
     tag = f"{device.type}_{shape}"
     meta = dict(device=str(torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"),
                 threads=args.threads, torch=torch.__version__, dtype=str(dtype).replace("torch.", ""),
-                load_average_1m=round(os.getloadavg()[0], 2))
+                weight_layout=args.weight_layout, load_average_1m=round(os.getloadavg()[0], 2))
 
     sel = bench_selectors(repeats=20)
     for k, v in meta.items():
@@ -308,7 +321,7 @@ def main() -> None:
     if args.selectors_only:
         return
 
-    model = build_model(shape, device, dtype)
+    model = build_model(shape, device, dtype, args.weight_layout)
     if device.type == "cpu":
         prompt = args.prompt or 256
         steps = (args.answer // args.block) * 4
@@ -317,7 +330,7 @@ def main() -> None:
         write(gen, f"cache_steps_{tag}.csv", shape, meta, out)
         if not args.skip_vocab:
             del model
-            vocab = build_model("cpu-vocab", device, dtype)
+            vocab = build_model("cpu-vocab", device, dtype, args.weight_layout)
             with torch.no_grad():
                 steps = bench_vocab(vocab, args.vocab_prompt, args.vocab_answer, args.block, ("none", "prefix", "dual"))
             write(steps, f"cache_steps_{device.type}_cpu-vocab.csv", "cpu-vocab", meta, out)

@@ -3,10 +3,12 @@
 The published LLaDA code takes a float64 softmax over the whole canvas and vocabulary every step; here the
 logits of the candidates ([N, V], N = masked positions in the window) are gathered first, and for the usual
 case (top-1 probability, greedy, a confidence dtype at least as precise as the logits) the choice is a max
-over the logits themselves and the confidence 1 / sum(exp(l - l_max)) from one copy in that dtype: at a
-126k vocabulary the float64 cast, a second copy for forbidden ids and the full softmax cost up to a fifth of
-the LM head. Any other case takes the direct route (cast, mask, softmax). The mask token is never chosen but
-stays in the softmax denominator, as in the published code (``unchosen_token_ids``).
+over the logits themselves and the confidence exp(l_x0 - l_max) / sum(exp(l - l_max)) from one pass that
+casts and subtracts into the confidence dtype: at a 126k vocabulary the float64 cast, a second copy for
+forbidden ids and the full softmax cost up to a fifth of the LM head. The max is ``amax`` plus the first
+index holding it, not ``max(dim)`` with indices (several times slower on the CPU at that width). Any other
+case takes the direct route (cast, mask, softmax). The mask token is never chosen but stays in the softmax
+denominator, as in the published code (``unchosen_token_ids``).
 """
 
 from __future__ import annotations
@@ -49,20 +51,31 @@ def _uniform_rows(counts: Sequence[int], shape_tail: tuple[int, ...], generators
     return torch.cat(parts, dim=0)
 
 
-def allowed_max(logits: torch.Tensor, excluded: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+def first_argmax(logits: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """Index of the first entry of each row equal to that row's ``values`` (its max): ``argmax``'s tie rule."""
+    hits = logits == values.unsqueeze(-1)
+    return hits.view(torch.uint8).argmax(dim=-1)
+
+
+def allowed_max(logits: torch.Tensor, excluded: Sequence[int],
+                values: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Largest logit outside ``excluded`` and its index per row (the first one on ties, as ``argmax``).
 
-    Only rows whose overall maximum is an excluded id are copied and masked, so the [N, V] logits are
-    read once in the usual case.
+    ``values``: the rows' overall max if the caller has it. Only rows whose overall maximum is an excluded id
+    are copied and masked, so the [N, V] logits are read twice (max, first match) in the usual case.
     """
-    values, index = logits.max(dim=-1)
+    values = logits.amax(dim=-1) if values is None else values
+    index = first_argmax(logits, values)
     if excluded:
-        ids = torch.tensor(list(excluded), dtype=index.dtype, device=index.device)
-        bad = torch.isin(index, ids).nonzero().squeeze(1)
+        hit = index == excluded[0]
+        for token in excluded[1:]:  # a handful of ids: cheaper than building an id tensor every step
+            hit |= index == token
+        bad = hit.nonzero().squeeze(1)
         if bad.numel():
             sub = logits.index_select(0, bad)
-            sub[:, ids] = float("-inf")
-            sub_values, sub_index = sub.max(dim=-1)
+            sub[:, list(excluded)] = float("-inf")
+            sub_values = sub.amax(dim=-1)
+            sub_index = first_argmax(sub, sub_values)
             values, index = values.index_copy(0, bad, sub_values), index.index_copy(0, bad, sub_index)
     return values, index
 
@@ -70,10 +83,15 @@ def allowed_max(logits: torch.Tensor, excluded: Sequence[int]) -> tuple[torch.Te
 def _fast_top1(logits: torch.Tensor, dtype: torch.dtype, forbidden: list[int],
                kept: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     """x0 (never forbidden or kept) and its softmax probability over every id but the forbidden ones, in
-    ``dtype``: one copy, one exp, one sum."""
-    top, x0 = allowed_max(logits, forbidden + kept)
-    shift = torch.maximum(top, logits[:, kept].amax(dim=-1)) if kept else top  # the denominator's max
-    shifted = logits.to(dtype, copy=True).sub_(shift.to(dtype).unsqueeze(1)).exp_()
+    ``dtype``: one max, one cast-and-subtract, one exp, one sum."""
+    overall = logits.amax(dim=-1)
+    top, x0 = allowed_max(logits, forbidden + kept, values=overall)
+    if not forbidden:
+        shift = overall  # the denominator's max: every id takes part
+    else:
+        shift = torch.maximum(top, logits[:, kept].amax(dim=-1)) if kept else top
+    # the promoted subtraction casts each logit to dtype first: the values of .to(dtype) - shift, in one pass
+    shifted = torch.sub(logits, shift.to(dtype).unsqueeze(1)).exp_()
     if forbidden:
         shifted[:, forbidden] = 0.0
     return x0, shifted.gather(1, x0.unsqueeze(1)).squeeze(1) / shifted.sum(dim=-1)

@@ -157,13 +157,13 @@ def generate(
     _synchronize(device)
     t0 = time.perf_counter()
     dtype = None
+    j = torch.arange(G, device=device).unsqueeze(0)
     with torch.no_grad():
         while bool(active.any()):
             rows = active.nonzero().squeeze(1)
             answer = x[:, P:]
             masked = answer == mask_id
             lo, hi = policy.window(state)
-            j = torch.arange(G, device=device).unsqueeze(0)
             cand = masked & (j >= lo.unsqueeze(1)) & (j < hi.unsqueeze(1)) & active.unsqueeze(1)
             block_lo, block_hi = policy.block(state)
             limit = policy.canvas_limit(state) if hasattr(policy, "canvas_limit") else None
@@ -241,29 +241,32 @@ def _fill_predictions(res: ForwardResult, cand, conf, pred, P: int, G: int, meas
     a1 = min(res.start + res.logits.shape[1] - P, G)
     rows = res.rows
     sub_cand = cand.index_select(0, rows)
-    outside = sub_cand.clone()
-    outside[:, a0:a1] = False
-    if bool(outside.any()):
+    inside = sub_cand[:, a0:a1]
+    n_inside = int(inside.sum())
+    if n_inside != int(sub_cand.sum()):
         raise RuntimeError("a candidate lies outside the positions this forward computed (engine bug)")
-    sub_cand = sub_cand[:, a0:a1]
-    if not bool(sub_cand.any()):
+    if n_inside == 0:
         return
     logits = res.logits[:, P + a0 - res.start: P + a1 - res.start]
-    flat = logits[sub_cand]
-    counts = sub_cand.sum(dim=1).tolist()
+    where = inside.reshape(-1).nonzero().squeeze(1)  # candidates in batch order, as flat [b, w] indices
+    flat = _candidate_rows(logits, where)
+    counts = inside.sum(dim=1).tolist()
     gens = [generators[int(r)] for r in rows] if generators is not None else None
     x0, c = candidate_predictions(flat, counts, measure=measure, dtype=dtype, temperature=temperature,
                                   forbidden_token_ids=forbidden, unchosen_token_ids=unchosen, generators=gens)
-    sub_conf = torch.full(sub_cand.shape, float("-inf"), dtype=dtype, device=conf.device)
-    sub_pred = torch.zeros(sub_cand.shape, dtype=pred.dtype, device=pred.device)
-    sub_conf[sub_cand] = c.to(dtype)
-    sub_pred[sub_cand] = x0.to(pred.dtype)
-    conf_rows = conf[rows]
-    pred_rows = pred[rows]
-    conf_rows[:, a0:a1] = torch.where(sub_cand, sub_conf, conf_rows[:, a0:a1])
-    pred_rows[:, a0:a1] = torch.where(sub_cand, sub_pred, pred_rows[:, a0:a1])
-    conf[rows] = conf_rows
-    pred[rows] = pred_rows
+    w = a1 - a0
+    target = rows.index_select(0, where // w) * G + a0 + where % w  # the same candidates in [B, G]
+    conf.view(-1).index_copy_(0, target, c.to(conf.dtype))
+    pred.view(-1).index_copy_(0, target, x0.to(pred.dtype))
+
+
+def _candidate_rows(logits: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
+    """Rows ``where`` of the [b, w, V] logits seen as [b * w, V], by a row gather (several times faster than
+    boolean indexing at a 126k vocabulary; no copy of the window when it is a view)."""
+    b, w, V = logits.shape
+    if logits.stride(2) == 1 and logits.stride(1) == V and (b == 1 or logits.stride(0) == w * V):
+        return logits.reshape(b * w, V).index_select(0, where)
+    return logits.reshape(b * w, V)[where]
 
 
 def _answer_complete(answer: torch.Tensor, masked: torch.Tensor, stop_ids: torch.Tensor) -> torch.Tensor:

@@ -39,7 +39,7 @@ from .image_processing import (
     shrunk_size,
     unpad_bounds,
 )
-from .network import DiffusionLM
+from .network import DiffusionLM, store_linear_weights_transposed
 
 IMAGE_TOKEN = "<image>"  # the placeholder text in prompts, as in LLaVA
 IMAGE_PLACEHOLDER_ID = -200  # LLaVA's IMAGE_TOKEN_INDEX: where one image goes in a prompt's token ids
@@ -492,6 +492,8 @@ def load_llada_v(
     validate_tensors(model, used)  # type: ignore[arg-type]
     model.load_state_dict(_read_tensors(used, device, dtype), strict=True, assign=True)
     model.vision_tower.reset_position_ids(device)
+    if torch.device(device).type == "cpu":
+        store_linear_weights_transposed(model)
     return model.eval()
 
 

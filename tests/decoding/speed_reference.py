@@ -1,7 +1,10 @@
 """Tokens and NFE of fixed decodes, recorded before the engine's speed work, to prove it changed no decision.
 
 ``python tests/decoding/speed_reference.py`` rewrites ``tests/fixtures/speed_tokens.json`` (only to record a new
-baseline on purpose). Covered: the shipped tiny checkpoints on the 500 held-out puzzles (every rule, LLaDA with
+baseline on purpose). Two baselines: ``first100/``, ``all500/``, ``vocab/`` from before the first speed round
+(described below), and ``current/`` (the first 100 puzzles) and ``current_vocab/`` recorded before the second
+(outside-network time at 126k ids, weight layout): today's defaults, the mask token in the softmax denominator,
+every cache mode including dLLM-Cache and Dream with prefix/dual. Covered: the shipped tiny checkpoints on the 500 held-out puzzles (every rule, LLaDA with
 none/prefix/dual, Dream without a cache and its own algorithms, SlowFast, a sampled run), and the bench's
 real-vocabulary shape (126 464 ids, random weights) with threshold 0.9 and Fréchet 0.25 x none/prefix/dual on a
 left-padded batch. dLLM-Cache and Dream with prefix/dual are left out: their semantics are being corrected
@@ -54,14 +57,18 @@ def digest(tokens: torch.Tensor, nfe: list[int]) -> dict:
     return {"tokens": _sha(tokens), "nfe": _sha(torch.tensor(nfe)), "nfe_total": int(sum(nfe))}
 
 
-def tiny_runs(flavour: str, limit: int | None = None) -> dict[str, dict]:
-    """Digests of every covered setting on one shipped checkpoint (the 500 puzzles in one batch)."""
+def tiny_runs(flavour: str, limit: int | None = None, current: bool = False) -> dict[str, dict]:
+    """Digests of every covered setting on one shipped checkpoint (the 500 puzzles in one batch); ``current``:
+    today's confidence rule and every cache mode."""
     model = load_model(CHECKPOINTS / f"tiny_{flavour}", device="cpu", dtype="float32")
     rows = SudokuTask(limit=limit).docs()
     prompts, _ = encode_batch(model.tokenizer, model.config, [r["puzzle"] for r in rows],
                               [r["solution"] for r in rows], DEFAULT_GEN_LENGTH)
     settings = {**RULES, **(DREAM_ALGS if flavour == "dream" else {})}
     caches = ("none", "prefix", "dual") if flavour == "llada" else ("none",)
+    confidence = EARLIER_CONFIDENCE
+    if current:
+        caches, confidence = ("none", "prefix", "dual", "dllm"), {}
     out = {}
     for name, (policy, pparams, selector, sparams) in settings.items():
         for cache in caches if policy != "dream" else ("none",):
@@ -69,18 +76,18 @@ def tiny_runs(flavour: str, limit: int | None = None) -> dict[str, dict]:
             res = generate(model, prompts, torch.ones_like(prompts), gen_length=DEFAULT_GEN_LENGTH,
                            block_length=block, policy=build_policy(policy, **pparams),
                            selector=build_selector(selector, **sparams) if selector else None,
-                           cache=build_cache(cache), early_stop=True, **EARLIER_CONFIDENCE)
+                           cache=build_cache(cache), early_stop=True, **confidence)
             out[f"{flavour}/{name}/{cache}"] = digest(res.tokens, [r.nfe for r in res.records])
     if flavour == "llada":  # the sampled path (Gumbel noise per row)
         res = generate(model, prompts, torch.ones_like(prompts), gen_length=DEFAULT_GEN_LENGTH,
                        block_length=TINY_BLOCK, policy=build_policy("blocks", steps=DEFAULT_GEN_LENGTH),
                        selector=build_selector("topk"), temperature=0.7, seed=list(range(len(rows))),
-                       **EARLIER_CONFIDENCE)
+                       **confidence)
         out["llada/sequential_t0.7/none"] = digest(res.tokens, [r.nfe for r in res.records])
     return out
 
 
-def vocab_runs(gen_length: int = 64, block: int = 32) -> dict[str, dict]:
+def vocab_runs(gen_length: int = 64, block: int = 32, current: bool = False) -> dict[str, dict]:
     """Digests on the bench's real-vocabulary shape: two left-padded prompts (32 and 24 ids)."""
     spec = importlib.util.spec_from_file_location("bench_script", ROOT / "scripts" / "bench.py")
     bench = importlib.util.module_from_spec(spec)
@@ -91,12 +98,13 @@ def vocab_runs(gen_length: int = 64, block: int = 32) -> dict[str, dict]:
     mask = torch.ones_like(ids)
     ids[1, :8], mask[1, :8] = model.config.pad_token_id, 0
     out = {}
+    tag, confidence = ("current_vocab", {}) if current else ("vocab", EARLIER_CONFIDENCE)
     for name, (selector, params) in VOCAB_RULES.items():
         for cache in ("none", "prefix", "dual"):
             res = generate(model, ids, mask, gen_length=gen_length, block_length=block,
                            policy=build_policy("blocks"), selector=build_selector(selector, **params),
-                           cache=build_cache(cache), **EARLIER_CONFIDENCE)
-            out[f"vocab/{name}/{cache}"] = digest(res.tokens, [r.nfe for r in res.records])
+                           cache=build_cache(cache), **confidence)
+            out[f"{tag}/{name}/{cache}"] = digest(res.tokens, [r.nfe for r in res.records])
     return out
 
 
@@ -108,10 +116,25 @@ def all_runs() -> dict[str, dict]:
             for flavour in ("llada", "dream"):
                 tag = "first100" if limit else "all500"
                 runs.update({f"{tag}/{k}": v for k, v in tiny_runs(flavour, limit).items()})
-        return {**runs, **vocab_runs()}
+        return {**runs, **vocab_runs(), **current_runs()}
+
+
+def current_runs() -> dict[str, dict]:
+    """The ``current/`` and ``current_vocab/`` baselines only (``--current``: add them to the fixture as they are
+    now, keeping the earlier baseline's entries)."""
+    with torch.no_grad():
+        runs = {}
+        for flavour in ("llada", "dream"):
+            runs.update({f"current/{k}": v for k, v in tiny_runs(flavour, 100, current=True).items()})
+        return {**runs, **vocab_runs(current=True)}
 
 
 if __name__ == "__main__":
     torch.set_num_threads(2)
-    FIXTURE.write_text(json.dumps(all_runs(), indent=1, sort_keys=True) + "\n")
+    if "--current" in sys.argv:
+        recorded = {k: v for k, v in json.loads(FIXTURE.read_text()).items() if not k.startswith("current")}
+        runs = {**recorded, **current_runs()}
+    else:
+        runs = all_runs()
+    FIXTURE.write_text(json.dumps(runs, indent=1, sort_keys=True) + "\n")
     print(f"wrote {FIXTURE}")

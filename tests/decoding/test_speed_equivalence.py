@@ -1,5 +1,6 @@
 """The speed work changed no decision: tokens and NFE equal the values recorded before it
-(``tests/fixtures/speed_tokens.json``, written by ``tests/decoding/speed_reference.py`` on the earlier engine)."""
+(``tests/fixtures/speed_tokens.json``, written by ``tests/decoding/speed_reference.py`` on the earlier engine):
+``first100``/``all500``/``vocab`` before the first speed round, ``current``/``current_vocab`` before the second."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ RECORDED = json.loads(ref.FIXTURE.read_text())
 
 
 @cache
-def _tiny(flavour: str, limit: int | None) -> dict:
+def _tiny(flavour: str, limit: int | None, current: bool = False) -> dict:
     with torch.no_grad():
-        return ref.tiny_runs(flavour, limit)
+        return ref.tiny_runs(flavour, limit, current=current)
 
 
 def _tiny_case(key: str):
@@ -25,15 +26,17 @@ def _tiny_case(key: str):
     return pytest.param(key, marks=[pytest.mark.exhaustive] if tag == "all500" else [], id=key)
 
 
-@pytest.mark.parametrize("key", [_tiny_case(k) for k in sorted(RECORDED) if not k.startswith("vocab/")])
+@pytest.mark.parametrize("key", [_tiny_case(k) for k in sorted(RECORDED) if "vocab/" not in k])
 def test_tiny_checkpoints_decode_as_recorded(key):
     tag, flavour, name, cache = key.split("/")
-    got = _tiny(flavour, 100 if tag == "first100" else None)[f"{flavour}/{name}/{cache}"]
+    got = _tiny(flavour, None if tag == "all500" else 100, tag == "current")[f"{flavour}/{name}/{cache}"]
     assert got == RECORDED[key]
 
 
 @pytest.mark.exhaustive
-def test_real_vocabulary_shape_decodes_as_recorded():
+@pytest.mark.parametrize("current", [False, True], ids=["vocab", "current_vocab"])
+def test_real_vocabulary_shape_decodes_as_recorded(current):
     with torch.no_grad():
-        got = ref.vocab_runs()
-    assert got == {k: v for k, v in RECORDED.items() if k.startswith("vocab/")}
+        got = ref.vocab_runs(current=current)
+    tag = "current_vocab/" if current else "vocab/"
+    assert got == {k: v for k, v in RECORDED.items() if k.startswith(tag)}
