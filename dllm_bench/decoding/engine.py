@@ -88,8 +88,8 @@ def generate(
     policy, selector, cache, early_stop = (spec.decoding.policy, spec.decoding.selector, spec.decoding.cache,
                                            spec.decoding.early_stop)
     sampling = spec.sampling
-    confidence_precision, confidence_mask_in_softmax = sampling.confidence_precision, sampling.confidence_mask_in_softmax
-    temperature, cfg_scale = sampling.temperature, sampling.cfg_scale
+    confidence_precision, temperature, cfg_scale = sampling.confidence_precision, sampling.temperature, sampling.cfg_scale
+    confidence_mask_in_softmax = sampling.confidence_mask_in_softmax
     forbidden_token_ids, seed = sampling.forbidden_token_ids, sampling.seed
     trace, tokenizer, stop_strings = spec.accounting.trace, spec.accounting.tokenizer, spec.accounting.stop_strings
     if input_ids.dim() != 2:
