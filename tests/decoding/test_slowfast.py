@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dllm_bench.decoding import build_policy, generate
+from dllm_bench.decoding import build_policy
 
 from .scripted import MASK, ScriptedNetwork
+from .spec_kwargs import spec_generate
 
 P, G = 3, 8
 LOW = 0.07  # a filler confidence below every threshold (still the top-1 of its position)
@@ -26,7 +27,7 @@ def run(script, trace=True, **policy):
 
     type(policy_obj).advance = spy
     try:
-        out = generate(net, ids, gen_length=G, block_length=G, policy=policy_obj, trace=trace)
+        out = spec_generate(net, ids, gen_length=G, block_length=G, policy=policy_obj, trace=trace)
     finally:
         type(policy_obj).advance = orig_advance
     return out, net, history
