@@ -14,14 +14,12 @@ import torch
 
 from dllm_bench.decoding.confidence import check_measure, resolve_precision
 from dllm_bench.decoding.config import (
+    CACHES,
     REMASKING,
     SELECTORS,
     Cache,
-    DLLMCache,
-    DualCache,
     NoCache,
     Policy,
-    PrefixCache,
     Selector,
     check_combination,
 )
@@ -59,7 +57,7 @@ class Decoding:
                 raise ValueError(f"{name} must be an integer, got {value!r}")
         if self.selector is not None and not isinstance(self.selector, tuple(SELECTORS.values())):
             raise ValueError(f"selector must be a selector object (build_selector(name)) or None, got {self.selector!r}")
-        if not isinstance(self.cache, NoCache | PrefixCache | DualCache | DLLMCache):
+        if not isinstance(self.cache, tuple(CACHES.values())):
             raise ValueError(f"cache must be a cache object (build_cache(name); build_cache('none') for none), "
                              f"got {self.cache!r}")
 

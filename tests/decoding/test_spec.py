@@ -168,3 +168,19 @@ def test_slowfast_state_starts_each_row_exploring_the_whole_first_block():
     assert state.span_start.tolist() == [0, 0] and state.span_end.tolist() == [8, 8]
     assert not bool(state.fast.any()) and not bool(state.determined.any())
     assert state.end_estimates.shape == (2, 2) and state.estimates_held.tolist() == [0, 0]
+
+
+def test_token_ids_given_in_the_spec_override_the_model_config():
+    net = ScriptedNetwork(2, [[0.99, 0.99, 0.99, 0.5, 0.5, 0.5, 0.5, 0.5], [0.99] * 8])
+    ids = torch.zeros(1, 2, dtype=torch.long)
+    early = spec_of({"gen_length": 8, "block_length": 8, "selector": build_selector("threshold", tau=0.9),
+                     "early_stop": True})
+    with pytest.raises(ValueError, match=r"^early_stop needs stop token ids .* spec.token_ids.stop or model.config$"):
+        generate(net, ids, None, dataclasses.replace(early, token_ids=TokenIds(stop=())))
+    assert net.calls == []
+    # answer position j's top-1 is 1 + j % 10; the first step commits positions 0-2 (tokens 1, 2, 3)
+    by_config = generate(net, ids, None, early)  # stop id 14 (model.config): decodes on
+    assert by_config.tokens[0].tolist() == [1, 2, 3, 4, 5, 6, 7, 8] and by_config.records[0].nfe == 2
+    net.calls.clear()
+    by_spec = generate(net, ids, None, dataclasses.replace(early, token_ids=TokenIds(stop=(3,))))
+    assert by_spec.tokens[0].tolist() == [1, 2, 3, 3, 3, 3, 3, 3] and by_spec.records[0].nfe == 1
