@@ -244,10 +244,10 @@ class SlowFastPolicy:
     """SlowFast sampling: per block, K exploration steps estimate a stable span end, then a fast phase.
 
     Exploration commits every candidate >= ``explore_tau`` when at least ``min_parallel`` qualify (else
-    the top-1) and estimates span_end = span_start + 1 + offset of the farthest candidate >= ``tau_min``. The span is
-    frozen when the estimate window is stable, else int(mean) after K steps. The fast phase commits
-    candidates >= ``tau_high`` on [span_start, span_end) (top-1 fallback) until the span is full; an adaptive selector
-    passed to ``decide`` (a config ``rule``) commits the fast phase instead.
+    the top-1) and estimates span_end = span_start + 1 + offset of the farthest candidate >= ``tau_min``.
+    The span is frozen when the estimate window is stable, else int(mean) after K steps. The fast phase
+    commits candidates >= ``tau_high`` on [span_start, span_end) (top-1 fallback) until the span is full; an
+    adaptive selector passed to ``decide`` (a config ``rule``) commits the fast phase instead.
     ``variant='dream'``: window pre-filled with zeros, unbiased variance <= threshold, round(mean), and
     exploration stops early once nothing is masked. ``truncate_fast`` reproduces the published fast phase
     that runs the network on the canvas cut at the span end after its first call.
