@@ -16,7 +16,7 @@ import logging
 import os
 import sys
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -24,7 +24,15 @@ import torch.nn.functional as F
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
-from dllm_bench.decoding import build_cache, build_policy, build_selector, check_combination, generate
+from dllm_bench.decoding import (
+    DecodeSpec,
+    Decoding,
+    Sampling,
+    build_cache,
+    build_policy,
+    build_selector,
+    generate,
+)
 from dllm_bench.decoding.accounting import cut_at_stop_strings
 from dllm_bench.models import load_model
 from dllm_bench.tasks.chat import chat_wrap
@@ -62,8 +70,8 @@ class DecodingStats:
 
 
 def _build_decoding(selector: str, cache: str, steps: int | None, gen_length: int, block_length: int,
-                    params: dict[str, float], refresh_every: int | None) -> tuple[Any, Any, Any]:
-    """(policy, selector, cache) objects from plain model_args values, checked before any forward."""
+                    params: dict[str, float], refresh_every: int | None, sampling: Sampling) -> DecodeSpec:
+    """The decode spec of plain model_args values, checked before the model loads."""
     if selector not in SELECTORS:
         raise ValueError(f"selector={selector!r}: expected one of {SELECTORS}")
     if cache not in CACHES:
@@ -74,8 +82,7 @@ def _build_decoding(selector: str, cache: str, steps: int | None, gen_length: in
         cache_obj = build_cache(cache, refresh_every=refresh_every)
     else:
         cache_obj = build_cache(cache)
-    check_combination(policy, sel, cache_obj, gen_length=gen_length, block_length=block_length)
-    return policy, sel, cache_obj
+    return DecodeSpec(Decoding(gen_length, block_length, policy, sel, cache_obj), sampling)
 
 
 def device_requested(device: str | None, argv: list[str] | None = None) -> bool:
@@ -134,9 +141,10 @@ class DllmBenchLM(LM):
                   "topk": {}}.get(selector, {})
         self.gen_length = None if gen_length in (None, "None", 0) else int(gen_length)
         self.block_length = int(block_length)
-        self.policy, self.selector, self.cache = _build_decoding(
+        self.spec = _build_decoding(
             selector, cache, None if steps in (None, "None") else int(steps), self.gen_length or self.block_length,
-            self.block_length, params, None if refresh_every in (None, "None") else int(refresh_every))
+            self.block_length, params, None if refresh_every in (None, "None") else int(refresh_every),
+            Sampling(temperature=float(temperature), confidence_precision=confidence_precision))
         self._setup_distributed(device)
         self.model = load_model(model, dtype=dtype, device=self._device)
         self.tokenizer = self.model.tokenizer
@@ -151,7 +159,7 @@ class DllmBenchLM(LM):
         # lm-eval's "auto" batch sizing probes memory with HF models; here a string falls back to max_batch_size or 1
         self.batch_size = int(batch_size) if str(batch_size).isdigit() else int(max_batch_size or 1)
         self.mc_num, self.mc_batch_size, self.check_greedy = int(mc_num), int(mc_batch_size), bool(check_greedy)
-        self.temperature, self.confidence_precision = float(temperature), confidence_precision
+        self.spec = replace(self.spec, accounting=replace(self.spec.accounting, tokenizer=self.tokenizer))
         self.seed, self.stats_path = int(seed), stats_path
         self.model_name = model
         self.stats = DecodingStats()
@@ -262,17 +270,15 @@ class DllmBenchLM(LM):
             max_gen_toks = int(kwargs.get("max_gen_toks", 256))
             groups.setdefault((tuple(until), max_gen_toks), []).append(i)
         for (until, max_gen_toks), members in groups.items():
-            gen_length = self._gen_length_for(max_gen_toks)
+            decoding = replace(self.spec.decoding, gen_length=self._gen_length_for(max_gen_toks))
+            spec = replace(self.spec, decoding=decoding)
             for start in range(0, len(members), self.batch_size):
                 batch = members[start:start + self.batch_size]
                 contexts = [requests[i].args[0] for i in batch]
                 ids, mask = self._left_pad([self._model_input(c) for c in contexts])
                 seeds = [self.seed ^ zlib.crc32(c.encode("utf-8")) for c in contexts]
                 with torch.inference_mode():
-                    result = generate(self.model, ids, mask, gen_length=gen_length, block_length=self.block_length,
-                                      policy=self.policy, selector=self.selector, cache=self.cache,
-                                      temperature=self.temperature, confidence_precision=self.confidence_precision,
-                                      seed=seeds, tokenizer=self.tokenizer, stop_strings=list(until))
+                    result = generate(self.model, ids, mask, spec.for_batch(seeds, until))
                 for row, i in enumerate(batch):
                     text = self._completion(result.tokens[row].tolist(), list(until), max_gen_toks)
                     out[i] = text

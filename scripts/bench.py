@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from dllm_bench.decoding import build_cache, build_policy, build_selector, generate
+from dllm_bench.decoding import DecodeSpec, Decoding, build_cache, build_policy, build_selector, generate
 from dllm_bench.decoding.selectors import (
     factor_commit_mask,
     frechet_commit_mask,
@@ -171,13 +171,12 @@ def timed_decode(model: DiffusionLM, ids: torch.Tensor, answer: int, block: int,
     device = ids.device
     net = TimedNetwork(model)
     name, params = cache
-    generate(net, ids[:, :16], gen_length=block, block_length=block, policy=build_policy("blocks", steps=2),
-             selector=build_selector("topk"), cache=build_cache(name, **params))  # warm-up
+    warmup = Decoding(block, block, build_policy("blocks", steps=2), build_selector("topk"), build_cache(name, **params))
+    generate(net, ids[:, :16], None, DecodeSpec(warmup))
     net.forwards.clear()
     sync(device)
     t = time.perf_counter()
-    out = generate(net, ids, gen_length=answer, block_length=block, policy=policy, selector=selector,
-                   cache=build_cache(name, **params))
+    out = generate(net, ids, None, DecodeSpec(Decoding(answer, block, policy, selector, build_cache(name, **params))))
     sync(device)
     return step_row(net, time.perf_counter() - t, out.records[0].nfe, ids.shape[1] + answer)
 

@@ -22,7 +22,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from dllm_bench.decoding import build_cache, build_policy, build_selector, generate
+from dllm_bench.decoding import DecodeSpec, Decoding, build_cache, build_policy, build_selector, generate
 from dllm_bench.models import DiffusionLM, FeatureCache, KVCache, ModelConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -103,8 +103,9 @@ def padded_prompts(model: DiffusionLM, lengths: list[int], seed: int) -> tuple[t
 
 
 def decode(model: DiffusionLM, ids: torch.Tensor, mask: torch.Tensor, gen: int, block: int):
-    return generate(model, ids, mask, gen_length=gen, block_length=block, policy=build_policy("blocks"),
-                    selector=build_selector("threshold", tau=0.9), cache=build_cache("dual"))
+    spec = DecodeSpec(Decoding(gen, block, build_policy("blocks"), build_selector("threshold", tau=0.9),
+                               build_cache("dual")))
+    return generate(model, ids, mask, spec)
 
 
 def generate_speed(model: DiffusionLM, batch: int, prompt: int, gen: int, block: int) -> dict:

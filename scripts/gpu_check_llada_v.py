@@ -29,7 +29,15 @@ import numpy as np
 import torch
 from PIL import Image
 
-from dllm_bench.decoding import build_cache, build_policy, build_selector, generate
+from dllm_bench.decoding import (
+    DecodeSpec,
+    Decoding,
+    Sampling,
+    build_cache,
+    build_policy,
+    build_selector,
+    generate,
+)
 from dllm_bench.models.image_processing import image_token_count
 from dllm_bench.models.llada_v import IMAGE_PLACEHOLDER_ID, LLaDAV, VisionSettings, language_config
 
@@ -143,12 +151,17 @@ def run(args: argparse.Namespace) -> dict:
         ("frechet-dual", "frechet", {"delta": 0.25}, None, "dual", {}),
     ]
     outputs = {}
+    sampling = Sampling(forbidden_token_ids=FORBIDDEN)
+
+    def spec(steps: int | None, selector: str, params: dict, cache: str, cparams: dict) -> DecodeSpec:
+        decoding = Decoding(args.gen, args.block, build_policy("blocks", steps=steps), build_selector(selector, **params),
+                            build_cache(cache, **cparams))
+        return DecodeSpec(decoding, sampling)
+
     for name, sel, params, steps, cache, cparams in settings:
         sync(device)
         t = time.perf_counter()
-        out = generate(model, batch.input_ids, batch.attention_mask, gen_length=args.gen, block_length=args.block,
-                       policy=build_policy("blocks", steps=steps), selector=build_selector(sel, **params),
-                       cache=build_cache(cache, **cparams), forbidden_token_ids=FORBIDDEN,
+        out = generate(model, batch.input_ids, batch.attention_mask, spec(steps, sel, params, cache, cparams),
                        model_kwargs=batch.model_kwargs)
         sync(device)
         wall = time.perf_counter() - t
@@ -159,15 +172,11 @@ def run(args: argparse.Namespace) -> dict:
             "gen_tokens_per_s": round(b * args.gen / wall, 2), "no_mask_left": not bool((out.tokens == model.config.mask_token_id).any()),
             "forbidden_absent": not forbidden_hit,
         })
-    alone = generate(model, batch.input_ids[:1], batch.attention_mask[:1], gen_length=args.gen,
-                     block_length=args.block, policy=build_policy("blocks", steps=half), selector=build_selector("topk"),
-                     forbidden_token_ids=FORBIDDEN,
+    alone = generate(model, batch.input_ids[:1], batch.attention_mask[:1], spec(half, "topk", {}, "none", {}),
                      model_kwargs={k: v[:1] for k, v in batch.model_kwargs.items()}).tokens
     report["batched_vs_alone_agreement"] = float((alone[0] == outputs["topk-steps"][0]).float().mean())
-    refreshed = generate(model, batch.input_ids, batch.attention_mask, gen_length=args.gen, block_length=args.block,
-                         policy=build_policy("blocks", steps=half), selector=build_selector("topk"),
-                         cache=build_cache("prefix", refresh_every=1), forbidden_token_ids=FORBIDDEN,
-                         model_kwargs=batch.model_kwargs).tokens
+    refreshed = generate(model, batch.input_ids, batch.attention_mask,
+                         spec(half, "topk", {}, "prefix", {"refresh_every": 1}), model_kwargs=batch.model_kwargs).tokens
     report["prefix_refresh1_vs_none_agreement"] = float((refreshed == outputs["topk-steps"]).float().mean())
     if device.type == "cuda":
         report["peak_memory_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 2)

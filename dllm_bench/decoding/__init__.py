@@ -24,10 +24,12 @@ from dllm_bench.decoding.policies import (
     DreamThresholdPolicy,
     SlowFastPolicy,
 )
+from dllm_bench.decoding.spec import Accounting, DecodeSpec, Decoding, Sampling, TokenIds
 
 __all__ = [
-    "BlockPolicy", "DLLMCache", "DreamPolicy", "DreamThresholdPolicy", "DualCache", "FactorSelector", "FrechetSelector",
-    "GenerationOutput", "NoCache", "OracleSelector", "PrefixCache", "SLOWFAST_PRESETS", "SampleRecord",
-    "SlowFastPolicy", "StepTrace", "ThresholdSelector", "TopKSelector", "build_cache", "build_policy",
-    "build_selector", "check_combination", "count_generated_tokens", "generate",
+    "Accounting", "BlockPolicy", "DLLMCache", "DecodeSpec", "Decoding", "DreamPolicy", "DreamThresholdPolicy",
+    "DualCache", "FactorSelector", "FrechetSelector", "GenerationOutput", "NoCache", "OracleSelector", "PrefixCache",
+    "SLOWFAST_PRESETS", "SampleRecord", "Sampling", "SlowFastPolicy", "StepTrace", "ThresholdSelector", "TokenIds",
+    "TopKSelector", "build_cache", "build_policy", "build_selector", "check_combination", "count_generated_tokens",
+    "generate",
 ]

@@ -9,21 +9,12 @@ from dataclasses import dataclass
 import torch
 
 from dllm_bench.decoding.accounting import SampleRecord, StepTrace, count_generated_tokens
-from dllm_bench.decoding.confidence import candidate_predictions, check_measure, resolve_precision
-from dllm_bench.decoding.config import (
-    REMASKING,
-    Cache,
-    DualCache,
-    FrechetSelector,
-    NoCache,
-    Policy,
-    PrefixCache,
-    Selector,
-    check_combination,
-)
+from dllm_bench.decoding.confidence import candidate_predictions, resolve_precision
+from dllm_bench.decoding.config import Cache, DualCache, FrechetSelector, Policy, PrefixCache, Selector
 from dllm_bench.decoding.forward import ForwardResult, ForwardRunner
-from dllm_bench.decoding.policies import DreamPolicy, StepContext
+from dllm_bench.decoding.policies import StepContext
 from dllm_bench.decoding.selectors import frechet_gap_sorted, sort_candidates
+from dllm_bench.decoding.spec import DecodeSpec
 
 
 @dataclass
@@ -80,53 +71,35 @@ def _trace_step(step: int, conf: torch.Tensor, cand: torch.Tensor, commit: torch
 def generate(
     model: Callable,
     input_ids: torch.Tensor,
-    attention_mask: torch.Tensor | None = None,
+    attention_mask: torch.Tensor | None,
+    spec: DecodeSpec,
     *,
-    gen_length: int,
-    block_length: int,
-    policy: Policy,
-    selector: Selector | None = None,
-    cache: Cache | None = None,
-    confidence: str | None = None,
-    confidence_precision: str | torch.dtype = "float64",
-    confidence_mask_in_softmax: bool = True,
-    temperature: float = 0.0,
-    cfg_scale: float = 0.0,
-    forbidden_token_ids: Sequence[int] = (),
-    early_stop: bool = False,
-    seed: int | Sequence[int] = 0,
     reference: torch.Tensor | None = None,
-    trace: bool = False,
     model_kwargs: dict | None = None,
-    tokenizer=None,
-    stop_strings: Sequence[str] | None = None,
-    mask_token_id: int | None = None,
-    stop_token_ids: Sequence[int] | None = None,
-    pad_token_id: int | None = None,
 ) -> GenerationOutput:
-    """Decode ``gen_length`` masked positions after left-padded prompts; returns tokens and per-row records.
+    """Decode ``spec.decoding.gen_length`` masked positions after left-padded prompts; tokens and per-row records.
 
-    The mask token is never a prediction; ``confidence_mask_in_softmax`` keeps it in the confidence's softmax
-    denominator as the published code does (False: renormalised over the other ids, this harness's earlier rule).
+    ``attention_mask`` None = every prompt position is real; ``reference`` [B, gen_length] is the oracle rule's
+    reference decode; ``model_kwargs`` go to every forward (e.g. a vision model's image embeddings).
     """
-    cache = cache if cache is not None else NoCache()
-    check_combination(policy, selector, cache, gen_length=gen_length, block_length=block_length, cfg_scale=cfg_scale)
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if not isinstance(spec, DecodeSpec):
+        raise TypeError(f"spec must be a DecodeSpec (dllm_bench.decoding.spec), got {type(spec).__name__}")
+    gen_length, block_length = spec.decoding.gen_length, spec.decoding.block_length
+    policy, selector, cache, early_stop = (spec.decoding.policy, spec.decoding.selector, spec.decoding.cache,
+                                           spec.decoding.early_stop)
+    sampling = spec.sampling
+    confidence_precision, temperature, cfg_scale = sampling.confidence_precision, sampling.temperature, sampling.cfg_scale
+    confidence_mask_in_softmax = sampling.confidence_mask_in_softmax
+    forbidden_token_ids, seed = sampling.forbidden_token_ids, sampling.seed
+    trace, tokenizer, stop_strings = spec.accounting.trace, spec.accounting.tokenizer, spec.accounting.stop_strings
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids must be [B, P], got shape {tuple(input_ids.shape)}")
-    if hasattr(policy, "measure"):
-        default_measure = policy.measure
-    else:
-        default_measure = REMASKING.get(getattr(selector, "remasking", None), "top1_prob")
-    if confidence is not None and hasattr(policy, "measure") and confidence != default_measure:
-        what = f"dream alg {policy.alg!r}" if isinstance(policy, DreamPolicy) else f"policy {policy.name!r}"
-        raise ValueError(f"{what} uses confidence {default_measure!r}, got {confidence!r}")
-    measure = check_measure(confidence or default_measure)
-    mask_id = int(_config_value(model, "mask_token_id", mask_token_id))
+    measure = spec.measure
+    mask_id = int(_config_value(model, "mask_token_id", spec.token_ids.mask))
+    stop_token_ids, pad_token_id = spec.token_ids.stop, spec.token_ids.pad
     stops = list(stop_token_ids) if stop_token_ids is not None else list(getattr(model.config, "stop_token_ids", []) or [])
     if early_stop and not stops:
-        raise ValueError("early_stop needs stop_token_ids (EOS/EoT) from the argument or model.config")
+        raise ValueError("early_stop needs stop token ids (EOS/EoT) from spec.token_ids.stop or model.config")
     if pad_token_id is None:
         pad_token_id = getattr(getattr(model, "config", None), "pad_token_id", None)
     B, P = input_ids.shape

@@ -40,6 +40,18 @@ class StepContext:
 # ---------------------------------------------------------------- LLaDA blocks
 
 
+@dataclass
+class BlockState:
+    """Per-row progress of ``BlockPolicy``: the current block and the steps taken in it ([B] long tensors)."""
+
+    block_length: int
+    num_blocks: int
+    block: torch.Tensor  # index of the current block
+    step_in_block: torch.Tensor  # steps taken in the current block
+    steps_per_block: int | None = None  # fixed steps per block (None: adaptive, a block runs until full)
+    commit_counts: torch.Tensor | None = None  # [steps_per_block] tokens committed at each step of a block
+
+
 @dataclass(frozen=True)
 class BlockPolicy:
     """LLaDA semi-autoregressive blocks; ``steps`` total fixed steps (top-k) or None (adaptive, until full)."""
@@ -47,53 +59,57 @@ class BlockPolicy:
     steps: int | None = None
     name: str = field(default="blocks", init=False)
 
-    def init_state(self, batch: int, gen_length: int, block_length: int, device: torch.device) -> dict:
+    def init_state(self, batch: int, gen_length: int, block_length: int, device: torch.device) -> BlockState:
         num_blocks = gen_length // block_length
-        state = {
-            "bl": block_length,
-            "num_blocks": num_blocks,
-            "block": torch.zeros(batch, dtype=torch.long, device=device),
-            "step_in_block": torch.zeros(batch, dtype=torch.long, device=device),
-        }
+        state = BlockState(block_length, num_blocks, block=torch.zeros(batch, dtype=torch.long, device=device),
+                           step_in_block=torch.zeros(batch, dtype=torch.long, device=device))
         if self.steps is not None:
             per_block = self.steps // num_blocks
-            state["per_block"] = per_block
-            state["counts"] = llada_transfer_counts(torch.tensor([block_length], device=device), per_block)[0]
+            state.steps_per_block = per_block
+            state.commit_counts = llada_transfer_counts(torch.tensor([block_length], device=device), per_block)[0]
         return state
 
-    def block(self, state: dict) -> tuple[torch.Tensor, torch.Tensor]:
-        lo = state["block"] * state["bl"]
-        return lo, lo + state["bl"]
+    def block(self, state: BlockState) -> tuple[torch.Tensor, torch.Tensor]:
+        lo = state.block * state.block_length
+        return lo, lo + state.block_length
 
     window = block
 
-    def decide(self, state: dict, ctx: StepContext, selector) -> tuple[torch.Tensor, torch.Tensor]:
+    def decide(self, state: BlockState, ctx: StepContext, selector) -> tuple[torch.Tensor, torch.Tensor]:
         k = None
         if self.steps is not None:
-            last = state["step_in_block"] >= state["per_block"] - 1
-            k = state["counts"][state["step_in_block"].clamp(max=state["per_block"] - 1)]
+            last = state.step_in_block >= state.steps_per_block - 1
+            k = state.commit_counts[state.step_in_block.clamp(max=state.steps_per_block - 1)]
             # a block's last step commits whatever is left (e.g. after a refresh forced a single commit), as
             # Dream's published cache loop does; with LLaDA's counts this is exactly the scheduled k
             k = torch.where(last, ctx.candidates.sum(dim=1), k)
         return selector.commit(ctx, k=k)
 
-    def advance(self, state: dict, masked: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
-        state["step_in_block"] += active.long()
+    def advance(self, state: BlockState, masked: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+        state.step_in_block += active.long()
         lo, hi = self.block(state)
         if self.steps is not None:
-            done = state["step_in_block"] >= state["per_block"]
+            done = state.step_in_block >= state.steps_per_block
         else:
             done = ~(masked & _span_mask(lo, hi, masked.shape[1])).any(dim=1)
         done &= active
-        state["block"] += done.long()
-        state["step_in_block"] = torch.where(done, 0, state["step_in_block"])
-        return state["block"] >= state["num_blocks"]
+        state.block += done.long()
+        state.step_in_block = torch.where(done, 0, state.step_in_block)
+        return state.block >= state.num_blocks
 
 
 # ---------------------------------------------------------------- Dream diffusion_generate
 
 
 DREAM_ALGORITHMS = {"origin": "random", "maskgit_plus": "top1_prob", "topk_margin": "margin", "entropy": "neg_entropy"}
+
+
+@dataclass
+class DreamState:
+    """Per-row forward count of ``DreamPolicy`` ([B] long); the window is always the whole answer."""
+
+    gen_length: int
+    step: torch.Tensor  # forwards taken
 
 
 @dataclass(frozen=True)
@@ -113,25 +129,25 @@ class DreamPolicy:
     def measure(self) -> str:
         return DREAM_ALGORITHMS[self.alg]
 
-    def init_state(self, batch: int, gen_length: int, block_length: int, device: torch.device) -> dict:
-        return {"G": gen_length, "step": torch.zeros(batch, dtype=torch.long, device=device)}
+    def init_state(self, batch: int, gen_length: int, block_length: int, device: torch.device) -> DreamState:
+        return DreamState(gen_length, step=torch.zeros(batch, dtype=torch.long, device=device))
 
-    def block(self, state: dict) -> tuple[torch.Tensor, torch.Tensor]:
-        lo = torch.zeros_like(state["step"])
-        return lo, lo + state["G"]
+    def block(self, state: DreamState) -> tuple[torch.Tensor, torch.Tensor]:
+        lo = torch.zeros_like(state.step)
+        return lo, lo + state.gen_length
 
     window = block
 
-    def decide(self, state: dict, ctx: StepContext, selector) -> tuple[torch.Tensor, torch.Tensor]:
+    def decide(self, state: DreamState, ctx: StepContext, selector) -> tuple[torch.Tensor, torch.Tensor]:
         if self.alg == "origin":
-            p = dream_transfer_probability(state["step"], self.steps, self.eps).to(ctx.confidence.dtype)
+            p = dream_transfer_probability(state.step, self.steps, self.eps).to(ctx.confidence.dtype)
             return ctx.candidates & (ctx.confidence < p.unsqueeze(1)), ctx.prediction
-        k = dream_transfer_count(ctx.masked.sum(dim=1), state["step"], self.steps, self.eps)
+        k = dream_transfer_count(ctx.masked.sum(dim=1), state.step, self.steps, self.eps)
         return topk_commit_mask(ctx.confidence, ctx.candidates, k), ctx.prediction
 
-    def advance(self, state: dict, masked: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
-        state["step"] += active.long()
-        return state["step"] >= self.steps
+    def advance(self, state: DreamState, masked: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+        state.step += active.long()
+        return state.step >= self.steps
 
 
 # ---------------------------------------------------------------- Fast-dLLM's Dream confidence_threshold
@@ -202,15 +218,36 @@ class DreamThresholdPolicy:
 # ---------------------------------------------------------------- SlowFast sampling
 
 
+@dataclass
+class SlowFastState:
+    """Per-row progress of ``SlowFastPolicy`` over the batch; span bounds are offsets inside the current block.
+
+    A sub-cycle explores from ``span_start`` until ``span_end`` is determined, then runs the fast phase on
+    [span_start, span_end); a full span starts the next sub-cycle (span_start = span_end) or the next block.
+    """
+
+    block_length: int
+    num_blocks: int
+    block: torch.Tensor  # [B] long, index of the current block
+    span_start: torch.Tensor  # [B] long, first position of the current span
+    span_end: torch.Tensor  # [B] long, end of the current span (block_length until estimated)
+    fast: torch.Tensor  # [B] bool, in the fast phase
+    explored: torch.Tensor  # [B] long, exploration steps taken in this sub-cycle
+    fast_calls: torch.Tensor  # [B] long, fast-phase steps taken in this sub-cycle
+    determined: torch.Tensor  # [B] bool, span end frozen
+    end_estimates: torch.Tensor  # [B, stability_window] float64, recent span-end estimates
+    estimates_held: torch.Tensor  # [B] long, how many of ``end_estimates`` are filled (llada variant)
+
+
 @dataclass(frozen=True)
 class SlowFastPolicy:
     """SlowFast sampling: per block, K exploration steps estimate a stable span end, then a fast phase.
 
     Exploration commits every candidate >= ``explore_tau`` when at least ``min_parallel`` qualify (else
-    the top-1) and estimates end = prev + 1 + offset of the farthest candidate >= ``tau_min``. The span is
-    frozen when the estimate window is stable, else int(mean) after K steps. The fast phase commits
-    candidates >= ``tau_high`` on [prev, end) (top-1 fallback) until the span is full; an adaptive selector
-    passed to ``decide`` (a config ``rule``) commits the fast phase instead.
+    the top-1) and estimates span_end = span_start + 1 + offset of the farthest candidate >= ``tau_min``.
+    The span is frozen when the estimate window is stable, else int(mean) after K steps. The fast phase
+    commits candidates >= ``tau_high`` on [span_start, span_end) (top-1 fallback) until the span is full; an
+    adaptive selector passed to ``decide`` (a config ``rule``) commits the fast phase instead.
     ``variant='dream'``: window pre-filled with zeros, unbiased variance <= threshold, round(mean), and
     exploration stops early once nothing is masked. ``truncate_fast`` reproduces the published fast phase
     that runs the network on the canvas cut at the span end after its first call.
@@ -227,44 +264,43 @@ class SlowFastPolicy:
     truncate_fast: bool = False
     name: str = field(default="slowfast", init=False)
 
-    def init_state(self, batch: int, gen_length: int, block_length: int, device: torch.device) -> dict:
+    def init_state(self, batch: int, gen_length: int, block_length: int, device: torch.device) -> SlowFastState:
         z = torch.zeros(batch, dtype=torch.long, device=device)
-        state = {
-            "bl": block_length,
-            "num_blocks": gen_length // block_length,
-            "block": z.clone(),
-            "prev": z.clone(),
-            "end": torch.full_like(z, block_length),
-            "fast": torch.zeros(batch, dtype=torch.bool, device=device),
-            "explored": z.clone(),
-            "fast_calls": z.clone(),
-            "determined": torch.zeros(batch, dtype=torch.bool, device=device),
-            "history": torch.zeros(batch, self.stability_window, dtype=torch.float64, device=device),
-            "history_len": z.clone(),
-        }
-        return state
+        return SlowFastState(
+            block_length=block_length,
+            num_blocks=gen_length // block_length,
+            block=z.clone(),
+            span_start=z.clone(),
+            span_end=torch.full_like(z, block_length),
+            fast=torch.zeros(batch, dtype=torch.bool, device=device),
+            explored=z.clone(),
+            fast_calls=z.clone(),
+            determined=torch.zeros(batch, dtype=torch.bool, device=device),
+            end_estimates=torch.zeros(batch, self.stability_window, dtype=torch.float64, device=device),
+            estimates_held=z.clone(),
+        )
 
-    def block(self, state: dict) -> tuple[torch.Tensor, torch.Tensor]:
-        lo = state["block"] * state["bl"]
-        return lo, lo + state["bl"]
+    def block(self, state: SlowFastState) -> tuple[torch.Tensor, torch.Tensor]:
+        lo = state.block * state.block_length
+        return lo, lo + state.block_length
 
-    def window_span(self, state: dict) -> tuple[torch.Tensor, torch.Tensor]:
-        """Candidate span: [prev, block end) while exploring, [prev, end) in the fast phase."""
+    def window_span(self, state: SlowFastState) -> tuple[torch.Tensor, torch.Tensor]:
+        """Candidate span: [span_start, block end) while exploring, [span_start, span_end) in the fast phase."""
         lo, hi = self.block(state)
-        return lo + state["prev"], torch.where(state["fast"], lo + state["end"], hi)
+        return lo + state.span_start, torch.where(state.fast, lo + state.span_end, hi)
 
     window = window_span
 
-    def canvas_limit(self, state: dict) -> torch.Tensor | None:
+    def canvas_limit(self, state: SlowFastState) -> torch.Tensor | None:
         """Answer length the network sees per row (published fast phase); None = whole canvas."""
         if not self.truncate_fast:
             return None
         lo, hi = self.block(state)
-        G = state["num_blocks"] * state["bl"]
-        cut = state["fast"] & (state["fast_calls"] > 0)
-        return torch.where(cut, lo + state["end"], torch.full_like(lo, G))
+        G = state.num_blocks * state.block_length
+        cut = state.fast & (state.fast_calls > 0)
+        return torch.where(cut, lo + state.span_end, torch.full_like(lo, G))
 
-    def _estimate(self, state: dict, ctx: StepContext) -> None:
+    def _estimate(self, state: SlowFastState, ctx: StepContext) -> None:
         """Push this step's span-end estimate and freeze the end when the window is stable."""
         lo, _ = self.window_span(state)
         G = ctx.candidates.shape[1]
@@ -272,78 +308,79 @@ class SlowFastPolicy:
         above = ctx.candidates & (ctx.confidence >= self.tau_min)
         farthest = torch.where(above, j, -1).max(dim=1).values
         inc = torch.where(farthest >= 0, farthest - lo + 1, 1)
-        est = (state["prev"] + inc).clamp(1, state["bl"])
-        open_rows = (~state["determined"]) & (~state["fast"])
-        last_step = state["explored"] >= self.explore_steps - 1
-        hist = state["history"]
+        est = (state.span_start + inc).clamp(1, state.block_length)
+        open_rows = (~state.determined) & (~state.fast)
+        last_step = state.explored >= self.explore_steps - 1
+        hist = state.end_estimates
         if self.variant == "dream":
-            slot = (state["explored"] % self.stability_window).unsqueeze(1)
+            slot = (state.explored % self.stability_window).unsqueeze(1)
             pushed = hist.scatter(1, slot, est.to(hist.dtype).unsqueeze(1))
             stable = pushed.var(dim=1, unbiased=True) <= self.stability_threshold if self.stability_window >= 2 else torch.ones_like(open_rows)
             fallback = pushed.mean(dim=1).round().clamp_min(1).long()
             full = torch.ones_like(open_rows)
         else:
             pushed = torch.cat([hist[:, 1:], est.to(hist.dtype).unsqueeze(1)], dim=1)
-            n = (state["history_len"] + 1).clamp(max=self.stability_window)
+            n = (state.estimates_held + 1).clamp(max=self.stability_window)
             full = n >= self.stability_window
             stable = pushed.std(dim=1, unbiased=False) < self.stability_threshold
             fallback = pushed.mean(dim=1).long()
-            state["history_len"] = torch.where(open_rows, n, state["history_len"])
-        state["history"] = torch.where(open_rows.unsqueeze(1), pushed, hist)
-        new_end = torch.where(stable, est, fallback).clamp(1, state["bl"])
+            state.estimates_held = torch.where(open_rows, n, state.estimates_held)
+        state.end_estimates = torch.where(open_rows.unsqueeze(1), pushed, hist)
+        new_end = torch.where(stable, est, fallback).clamp(1, state.block_length)
         update = open_rows & full
-        state["end"] = torch.where(update, new_end, state["end"])
-        state["determined"] |= update & (stable | last_step)
+        state.span_end = torch.where(update, new_end, state.span_end)
+        state.determined |= update & (stable | last_step)
 
-    def decide(self, state: dict, ctx: StepContext, selector) -> tuple[torch.Tensor, torch.Tensor]:
+    def decide(self, state: SlowFastState, ctx: StepContext, selector) -> tuple[torch.Tensor, torch.Tensor]:
         self._estimate(state, ctx)
-        tau = torch.where(state["fast"], self.tau_high, self.explore_tau if self.explore_tau is not None else self.tau_high)
+        tau = torch.where(state.fast, self.tau_high, self.explore_tau if self.explore_tau is not None else self.tau_high)
         qualifying = ctx.candidates & (ctx.confidence >= tau.to(ctx.confidence.dtype).unsqueeze(1))
         parallel = qualifying.sum(dim=1) >= self.min_parallel
         top1 = topk_commit_mask(ctx.confidence, ctx.candidates, 1)
         commit, tokens = torch.where(parallel.unsqueeze(1), qualifying, top1), ctx.prediction
-        if selector is not None and bool(state["fast"].any()):  # a rule replaces the tau_high fast-phase commit
-            fast = state["fast"].unsqueeze(1)
+        if selector is not None and bool(state.fast.any()):  # a rule replaces the tau_high fast-phase commit
+            fast = state.fast.unsqueeze(1)
             rule_commit, rule_tokens = selector.commit(ctx)
             commit, tokens = torch.where(fast, rule_commit, commit), torch.where(fast, rule_tokens, tokens)
         return commit, tokens
 
-    def _fallback_end(self, state: dict) -> torch.Tensor:
+    def _fallback_end(self, state: SlowFastState) -> torch.Tensor:
         """End after K undetermined steps: int(mean) of the estimates (block_length // 2 if none)."""
-        n = state["history_len"]
+        n = state.estimates_held
         W = self.stability_window
         idx = torch.arange(W, device=n.device).unsqueeze(0)
         valid = idx >= (W - n).unsqueeze(1)
-        mean = (state["history"] * valid).sum(dim=1) / n.clamp(min=1)
-        return torch.where(n > 0, mean.long().clamp(1, state["bl"]), torch.full_like(n, state["bl"] // 2))
+        mean = (state.end_estimates * valid).sum(dim=1) / n.clamp(min=1)
+        return torch.where(n > 0, mean.long().clamp(1, state.block_length), torch.full_like(n, state.block_length // 2))
 
-    def advance(self, state: dict, masked: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+    def advance(self, state: SlowFastState, masked: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
         G = masked.shape[1]
         block_lo, block_hi = self.block(state)
-        exploring = active & ~state["fast"]
-        state["explored"] += exploring.long()
-        state["fast_calls"] += (active & state["fast"]).long()
-        explore_over = exploring & (state["explored"] >= self.explore_steps)
+        exploring = active & ~state.fast
+        state.explored += exploring.long()
+        state.fast_calls += (active & state.fast).long()
+        explore_over = exploring & (state.explored >= self.explore_steps)
         if self.variant == "dream":
             explore_over |= exploring & ~masked.any(dim=1)
         else:
-            undetermined = explore_over & ~state["determined"]
-            state["end"] = torch.where(undetermined, self._fallback_end(state), state["end"])
-        state["fast"] |= explore_over
-        span_lo, span_hi = block_lo + state["prev"], block_lo + state["end"]
-        span_done = active & state["fast"] & ~(masked & _span_mask(span_lo, span_hi, G)).any(dim=1)
-        state["prev"] = torch.where(span_done, state["end"], state["prev"])
+            undetermined = explore_over & ~state.determined
+            state.span_end = torch.where(undetermined, self._fallback_end(state), state.span_end)
+        state.fast |= explore_over
+        span_lo, span_hi = block_lo + state.span_start, block_lo + state.span_end
+        span_done = active & state.fast & ~(masked & _span_mask(span_lo, span_hi, G)).any(dim=1)
+        state.span_start = torch.where(span_done, state.span_end, state.span_start)
         block_done = span_done & ~(masked & _span_mask(block_lo, block_hi, G)).any(dim=1)
-        state["block"] += block_done.long()
-        state["prev"] = torch.where(block_done, 0, state["prev"])
-        state["end"] = torch.where(block_done, state["bl"], state["end"])
+        state.block += block_done.long()
+        state.span_start = torch.where(block_done, 0, state.span_start)
+        state.span_end = torch.where(block_done, state.block_length, state.span_end)
         # a new sub-cycle (same or next block) starts a fresh exploration
-        for key in ("explored", "fast_calls", "history_len"):
-            state[key] = torch.where(span_done, 0, state[key])
-        state["history"] = torch.where(span_done.unsqueeze(1), 0.0, state["history"])
-        state["determined"] &= ~span_done
-        state["fast"] &= ~span_done
-        return state["block"] >= state["num_blocks"]
+        state.explored = torch.where(span_done, 0, state.explored)
+        state.fast_calls = torch.where(span_done, 0, state.fast_calls)
+        state.estimates_held = torch.where(span_done, 0, state.estimates_held)
+        state.end_estimates = torch.where(span_done.unsqueeze(1), 0.0, state.end_estimates)
+        state.determined &= ~span_done
+        state.fast &= ~span_done
+        return state.block >= state.num_blocks
 
 
 SLOWFAST_PRESETS = {

@@ -10,10 +10,10 @@ from typing import Any
 import torch
 from PIL import Image
 
-from dllm_bench.decoding import build_cache, build_policy, build_selector, generate
+from dllm_bench.decoding import DecodeSpec, Decoding, build_cache, build_policy, build_selector, generate
 from dllm_bench.models import load_model
 from dllm_bench.models.loading import token_ids
-from dllm_bench.runner.components import build_components
+from dllm_bench.runner.components import build_spec
 from dllm_bench.runner.interface import Engine, Generation
 from dllm_bench.runner.sharding import DistContext
 from dllm_bench.runner.validate import build_task
@@ -83,14 +83,16 @@ class DecodingEngine(Engine):
         self.stop_token_ids = tuple(self.config.stop_token_ids)
         self.device_name = device_name(self.device)
         self.c = c
-        self.policy, self.selector, self.cache = build_components(c)
-        self.forbidden_ids = token_ids(self.tokenizer, c["model"].get("forbidden_tokens") or [], "model.forbidden_tokens")
+        forbidden = token_ids(self.tokenizer, c["model"].get("forbidden_tokens") or [], "model.forbidden_tokens")
+        self.spec = build_spec(c, forbidden_token_ids=forbidden, tokenizer=self.tokenizer)
         # a vision model on an image task: prompts and images become embeddings via the model's build_inputs
         self.multimodal = bool(getattr(self.model, "accepts_images", False)) and build_task(c["task"]).needs_images
-        self.sequential = None
-        if c["rule"]["name"] == "oracle":
-            steps = c["gen_length"]
-            self.sequential = (build_policy("blocks", steps=steps), build_selector("topk"), build_cache("none"))
+        self.sequential: DecodeSpec | None = None
+        if c["rule"]["name"] == "oracle":  # the reference: one token per step, no cache, nothing counted
+            d = self.spec.decoding
+            sequential = Decoding(d.gen_length, d.block_length, build_policy("blocks", steps=d.gen_length),
+                                  build_selector("topk"), build_cache("none"), early_stop=d.early_stop)
+            self.sequential = DecodeSpec(sequential, self.spec.sampling)
 
     def inputs(self, prompts: list[str], docs: list[dict]) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
         """(ids, mask, extra generate arguments): images go through the model's own `build_inputs`."""
@@ -113,34 +115,20 @@ class DecodingEngine(Engine):
                 mask[i, width - len(r):] = 1
         return ids.to(self.device), mask.to(self.device)
 
-    def _common(self, seeds: list[int]) -> dict[str, Any]:
-        c = self.c
-        return dict(gen_length=int(c["gen_length"]), block_length=int(c["block_length"]),
-                    confidence_precision=c.get("confidence_precision", "float64"),
-                    confidence_mask_in_softmax=bool(c.get("confidence_mask_in_softmax", True)),
-                    temperature=float(c.get("temperature", 0.0)), cfg_scale=float(c.get("cfg_scale", 0.0)),
-                    forbidden_token_ids=self.forbidden_ids,
-                    early_stop=bool(c.get("early_stop", False)), seed=seeds)
-
     def prepare(self, prompts: list[str], docs: list[dict], seeds: list[int]) -> dict[str, Any]:
         """Untimed per-batch inputs: the oracle's reference is the sequential (one token per step) decode."""
         if self.sequential is None:
             return {}
         ids, mask, kwargs = self.inputs(prompts, docs)
-        policy, selector, cache = self.sequential
         with torch.inference_mode():
-            ref = generate(self.model, ids, mask, policy=policy, selector=selector, cache=cache,
-                           **self._common(seeds), **kwargs)
+            ref = generate(self.model, ids, mask, self.sequential.for_batch(seeds), **kwargs)
         return {"reference": ref.tokens}
 
     def generate(self, prompts: list[str], docs: list[dict], seeds: list[int], stop_strings: tuple[str, ...],
                  **extra: Any) -> list[Generation]:
         ids, mask, kwargs = self.inputs(prompts, docs)
         with torch.inference_mode():
-            out = generate(self.model, ids, mask, policy=self.policy, selector=self.selector, cache=self.cache,
-                           trace=bool(self.c.get("trace", False)),
-                           tokenizer=self.tokenizer, stop_strings=list(stop_strings), **self._common(seeds),
-                           **kwargs, **extra)
+            out = generate(self.model, ids, mask, self.spec.for_batch(seeds, stop_strings), **kwargs, **extra)
         tokens = out.tokens.tolist()
         return [Generation(ids=tokens[i], nfe=r.nfe, steps=r.steps, token_counts=dict(r.token_counts),
                            decode_time_s=r.wall_time_s, forward_positions=r.forward_positions,

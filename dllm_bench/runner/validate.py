@@ -1,7 +1,7 @@
 """Validate a composed run config before any weights or data are read; errors name key, value and choices.
 
 Every key is checked against what the code consumes (`check_keys`); the decoding groups' values are checked
-once, by the engine's builders (`build_components`), whose errors become ConfigErrors here.
+once, by the engine's builders and the run's `DecodeSpec` (`build_spec`), whose errors become ConfigErrors here.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 
 from dllm_bench.decoding.config import CACHES, POLICIES, SELECTORS, builder_parameters
 from dllm_bench.models.config import MODEL_TYPES
-from dllm_bench.runner.components import NO_RULE, build_components
+from dllm_bench.runner.components import NO_RULE, build_spec
 from dllm_bench.runner.config import to_container
 from dllm_bench.runner.settings import GROUPS, ModelSettings, RunSettings, setting_names
 from dllm_bench.tasks import TASKS, Task, TaskConfig, get_task
@@ -83,9 +83,9 @@ def check_keys(c: dict[str, Any]) -> None:
 
 
 def _validate_decoding(c: dict[str, Any]) -> None:
-    """The engine's builders and `check_combination` judge the policy, rule and cache values and their pairing."""
+    """The engine's builders and the run's `DecodeSpec` judge the policy, rule and cache values and their pairing."""
     try:
-        build_components(c)
+        build_spec(c)
     except (ValueError, TypeError) as err:
         choice = ", ".join(f"{g}={c[g]['name']}" for g in ("policy", "rule", "cache"))
         raise ConfigError(f"{choice}: {err}") from None

@@ -21,7 +21,15 @@ from pathlib import Path
 
 import torch
 
-from dllm_bench.decoding import build_cache, build_policy, build_selector, check_combination, generate
+from dllm_bench.decoding import (
+    Accounting,
+    DecodeSpec,
+    Decoding,
+    build_cache,
+    build_policy,
+    build_selector,
+    generate,
+)
 from dllm_bench.models import load_model
 from dllm_bench.tasks.sudoku import SudokuTask
 from dllm_bench.tiny.encoding import DEFAULT_GEN_LENGTH, encode_batch
@@ -71,7 +79,8 @@ def evaluate_setting(model, rows: list[dict], setting: DecodeSetting, cache_name
     selector = build_selector(setting.selector, **setting.selector_params) if setting.selector else None
     cache = build_cache(cache_name)
     try:
-        check_combination(policy, selector, cache, gen_length=gen_length, block_length=block_length)
+        spec = DecodeSpec(Decoding(gen_length, block_length, policy, selector, cache, early_stop=True),
+                          accounting=Accounting(tokenizer=tok, stop_strings=task.stop_strings))
     except ValueError as err:
         return {"label": setting.label, "cache": cache_name, "skipped": str(err)}
     solved = valid = nfe = tokens = 0
@@ -81,10 +90,8 @@ def evaluate_setting(model, rows: list[dict], setting: DecodeSetting, cache_name
         prompts, answers = encode_batch(tok, cfg, [r["puzzle"] for r in batch], [r["solution"] for r in batch],
                                         gen_length)
         t0 = time.perf_counter()
-        out = generate(model, prompts, torch.ones_like(prompts), gen_length=gen_length, block_length=block_length,
-                       policy=policy, selector=selector, cache=build_cache(cache_name), early_stop=True,
-                       reference=answers if setting.selector == "oracle" else None,
-                       tokenizer=tok, stop_strings=task.stop_strings)
+        out = generate(model, prompts, torch.ones_like(prompts), spec,
+                       reference=answers if setting.selector == "oracle" else None)
         wall += time.perf_counter() - t0
         texts = tok.batch_decode(out.tokens, skip_special_tokens=False)
         for text, row, rec in zip(texts, batch, out.records):

@@ -25,7 +25,15 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from dllm_bench.decoding import build_cache, build_policy, build_selector, generate  # noqa: E402
+from dllm_bench.decoding import (  # noqa: E402
+    DecodeSpec,
+    Decoding,
+    Sampling,
+    build_cache,
+    build_policy,
+    build_selector,
+    generate,
+)
 from dllm_bench.models import load_model  # noqa: E402
 from dllm_bench.tasks.sudoku import SudokuTask  # noqa: E402
 from dllm_bench.tiny.encoding import DEFAULT_GEN_LENGTH, encode_batch  # noqa: E402
@@ -44,7 +52,7 @@ RULES = {
 }
 DREAM_ALGS = {f"dream_{alg}": ("dream", {"steps": DEFAULT_GEN_LENGTH, "alg": alg}, None, {})
               for alg in ("maskgit_plus", "topk_margin", "entropy")}
-EARLIER_CONFIDENCE = {"confidence_mask_in_softmax": False}
+EARLIER_CONFIDENCE = Sampling(confidence_mask_in_softmax=False)
 VOCAB_RULES = {"threshold0.9": ("threshold", {"tau": 0.9}), "frechet0.25": ("frechet", {"delta": 0.25})}
 
 
@@ -68,21 +76,22 @@ def tiny_runs(flavour: str, limit: int | None = None, current: bool = False) -> 
     caches = ("none", "prefix", "dual") if flavour == "llada" else ("none",)
     confidence = EARLIER_CONFIDENCE
     if current:
-        caches, confidence = ("none", "prefix", "dual", "dllm"), {}
+        caches, confidence = ("none", "prefix", "dual", "dllm"), Sampling()
     out = {}
     for name, (policy, pparams, selector, sparams) in settings.items():
         for cache in caches if policy != "dream" else ("none",):
             block = DEFAULT_GEN_LENGTH if policy == "dream" else TINY_BLOCK
-            res = generate(model, prompts, torch.ones_like(prompts), gen_length=DEFAULT_GEN_LENGTH,
-                           block_length=block, policy=build_policy(policy, **pparams),
-                           selector=build_selector(selector, **sparams) if selector else None,
-                           cache=build_cache(cache), early_stop=True, **confidence)
+            decoding = Decoding(DEFAULT_GEN_LENGTH, block, build_policy(policy, **pparams),
+                                build_selector(selector, **sparams) if selector else None, build_cache(cache),
+                                early_stop=True)
+            res = generate(model, prompts, torch.ones_like(prompts), DecodeSpec(decoding, confidence))
             out[f"{flavour}/{name}/{cache}"] = digest(res.tokens, [r.nfe for r in res.records])
     if flavour == "llada":  # the sampled path (Gumbel noise per row)
-        res = generate(model, prompts, torch.ones_like(prompts), gen_length=DEFAULT_GEN_LENGTH,
-                       block_length=TINY_BLOCK, policy=build_policy("blocks", steps=DEFAULT_GEN_LENGTH),
-                       selector=build_selector("topk"), temperature=0.7, seed=list(range(len(rows))),
-                       **confidence)
+        decoding = Decoding(DEFAULT_GEN_LENGTH, TINY_BLOCK, build_policy("blocks", steps=DEFAULT_GEN_LENGTH),
+                            build_selector("topk"))
+        sampling = Sampling(confidence_mask_in_softmax=confidence.confidence_mask_in_softmax, temperature=0.7,
+                            seed=list(range(len(rows))))
+        res = generate(model, prompts, torch.ones_like(prompts), DecodeSpec(decoding, sampling))
         out["llada/sequential_t0.7/none"] = digest(res.tokens, [r.nfe for r in res.records])
     return out
 
@@ -98,12 +107,12 @@ def vocab_runs(gen_length: int = 64, block: int = 32, current: bool = False) -> 
     mask = torch.ones_like(ids)
     ids[1, :8], mask[1, :8] = model.config.pad_token_id, 0
     out = {}
-    tag, confidence = ("current_vocab", {}) if current else ("vocab", EARLIER_CONFIDENCE)
+    tag, confidence = ("current_vocab", Sampling()) if current else ("vocab", EARLIER_CONFIDENCE)
     for name, (selector, params) in VOCAB_RULES.items():
         for cache in ("none", "prefix", "dual"):
-            res = generate(model, ids, mask, gen_length=gen_length, block_length=block,
-                           policy=build_policy("blocks"), selector=build_selector(selector, **params),
-                           cache=build_cache(cache), **confidence)
+            decoding = Decoding(gen_length, block, build_policy("blocks"), build_selector(selector, **params),
+                                build_cache(cache))
+            res = generate(model, ids, mask, DecodeSpec(decoding, confidence))
             out[f"{tag}/{name}/{cache}"] = digest(res.tokens, [r.nfe for r in res.records])
     return out
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dllm_bench.decoding import build_cache, build_policy, build_selector, generate
+from dllm_bench.decoding import build_cache, build_policy, build_selector
 from dllm_bench.models import load_model
 from dllm_bench.models.cache import FeatureCache, KVCache
 
 from .conftest import prompts_for
 from .reference_caches import PlainDLLMCache, PlainKVCache, PlainNetwork
+from .spec_kwargs import spec_generate
 
 G, BL = 16, 8
 SCALE = 20.0  # the engine fixtures' logit sharpening (conftest.SharpenedNetwork)
@@ -148,8 +149,8 @@ def reference_decode(net: PlainNetwork, prompt: list[int], rule: str, param=None
 def engine_decode(model, prompt, rule, param, steps, cache, block_length=BL):
     ids = torch.tensor([prompt])
     selector = build_selector("topk") if rule == "topk" else build_selector("threshold", tau=param)
-    return generate(model, ids, torch.ones_like(ids), gen_length=G, block_length=block_length,
-                    policy=build_policy("blocks", steps=steps), selector=selector, cache=cache)
+    return spec_generate(model, ids, torch.ones_like(ids), gen_length=G, block_length=block_length,
+                         policy=build_policy("blocks", steps=steps), selector=selector, cache=cache)
 
 
 RULES = [("topk", None, 8), ("threshold", 0.6, None)]
@@ -256,9 +257,9 @@ def test_slowfast_truncated_fast_phase_with_dllm_cache_equals_reference_per_forw
                                                              SF_CACHE["response_interval"], SF_CACHE["verify_ratio"],
                                                              layer0_always=False))
         ids = torch.tensor([prompt])
-        out = generate(checked, ids, torch.ones_like(ids), gen_length=G, block_length=G,
-                       policy=build_policy("slowfast", preset="code", truncate_fast=True, explore_steps=2),
-                       cache=build_cache("dllm", **SF_CACHE))
+        out = spec_generate(checked, ids, torch.ones_like(ids), gen_length=G, block_length=G,
+                            policy=build_policy("slowfast", preset="code", truncate_fast=True, explore_steps=2),
+                            cache=build_cache("dllm", **SF_CACHE))
         assert out.records[0].nfe == len(checked.lengths)
         cut_forwards += sum(t < P + G for t in checked.lengths)
         # forward_positions: per forward the refreshed part(s) of the (cut) canvas plus the verified tokens
@@ -285,11 +286,11 @@ def test_slowfast_truncated_with_dllm_cache_batched_equals_alone(llada):
     kw = dict(gen_length=G, block_length=BL, policy=build_policy("slowfast", preset="code", truncate_fast=True),
               cache=build_cache("dllm", **SF_CACHE))
     ids, mask = left_pad(prompts, llada.config.pad_token_id)
-    batched = generate(Counting(), ids, mask, **kw)
+    batched = spec_generate(Counting(), ids, mask, **kw)
     # some step ran rows cut at different lengths as separate forwards over one shared cache
     assert len(calls) > max(r.nfe for r in batched.records)
     for i, prompt in enumerate(prompts):
-        alone = generate(llada, torch.tensor([prompt]), torch.ones(1, len(prompt), dtype=torch.long), **kw)
+        alone = spec_generate(llada, torch.tensor([prompt]), torch.ones(1, len(prompt), dtype=torch.long), **kw)
         assert batched.tokens[i].tolist() == alone.tokens[0].tolist()
         assert batched.records[i].nfe == alone.records[0].nfe
         assert batched.records[i].forward_positions == alone.records[0].forward_positions

@@ -12,11 +12,11 @@ from dllm_bench.decoding import (
     build_selector,
     check_combination,
     count_generated_tokens,
-    generate,
 )
 from dllm_bench.decoding.accounting import cut_at_stop_strings
 
 from .scripted import ScriptedNetwork
+from .spec_kwargs import spec_generate
 
 
 @pytest.mark.parametrize(
@@ -89,14 +89,16 @@ def test_generate_rejects_before_any_forward():
     net = ScriptedNetwork(2, [[0.5] * 8])
     ids = torch.zeros(1, 2, dtype=torch.long)
     with pytest.raises(ValueError, match="classifier-free guidance"):
-        generate(net, ids, gen_length=8, block_length=8, policy=build_policy("blocks"),
-                 selector=build_selector("frechet"), cache=build_cache("dual"), cfg_scale=1.0)
+        spec_generate(net, ids, gen_length=8, block_length=8, policy=build_policy("blocks"),
+                      selector=build_selector("frechet"), cache=build_cache("dual"), cfg_scale=1.0)
     with pytest.raises(ValueError, match="confidence measure"):
-        generate(net, ids, gen_length=8, block_length=8, policy=build_policy("blocks"),
-                 selector=build_selector("frechet"), confidence="entropy")
+        spec_generate(net, ids, gen_length=8, block_length=8, policy=build_policy("blocks"),
+                      selector=build_selector("frechet"), confidence="entropy")
+    assert net.calls == []  # both refused by the spec, before generate runs
     with pytest.raises(ValueError, match="oracle"):
-        generate(net, ids, gen_length=8, block_length=8, policy=build_policy("blocks"), selector=build_selector("oracle"))
-    assert net.calls == [(1, 10)]  # the oracle error comes at its first decision; the others before any forward
+        spec_generate(net, ids, gen_length=8, block_length=8, policy=build_policy("blocks"),
+                      selector=build_selector("oracle"))
+    assert net.calls == [(1, 10)]  # the oracle error comes at its first decision
 
 
 class CharTokenizer:

@@ -17,13 +17,13 @@ from dllm_bench.decoding import (
     build_policy,
     build_selector,
     check_combination,
-    generate,
 )
 from dllm_bench.decoding.policies import StepContext
 from dllm_bench.models import load_model
 from dllm_bench.tiny.encoding import prompt_ids
 
 from .conftest import left_pad, prompts_for
+from .spec_kwargs import spec_generate
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_DREAM = ROOT / "dllm_bench" / "tiny" / "checkpoints" / "tiny_dream"
@@ -81,8 +81,8 @@ class MaskLogitOff:
 
 def decode(model, prompts, steps, tau, gen_length, **kw):
     ids, mask = left_pad(prompts, model.config.pad_token_id)
-    return generate(model, ids, mask, gen_length=gen_length, block_length=gen_length,
-                    policy=build_policy("dream_threshold", steps=steps, tau=tau), **kw)
+    return spec_generate(model, ids, mask, gen_length=gen_length, block_length=gen_length,
+                         policy=build_policy("dream_threshold", steps=steps, tau=tau), **kw)
 
 
 @pytest.mark.parametrize("steps,tau", [(2, 0.9), (4, 0.5), (4, 0.99), (8, 0.7), (16, 0.9)])

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dllm_bench.decoding import build_cache, build_policy, build_selector, generate
+from dllm_bench.decoding import build_cache, build_policy, build_selector
 
 from .conftest import left_pad, prompts_for
+from .spec_kwargs import spec_generate
 
 G, BL = 16, 8
 
@@ -16,9 +17,9 @@ def run(model, prompts, *, policy=("blocks", {}), selector=("frechet", {"delta":
         gen_length=G, block_length=BL, **kw):
     ids, mask = left_pad(prompts, model.config.pad_token_id)
     sel = build_selector(selector[0], **selector[1]) if selector else None
-    return generate(model, ids, mask, gen_length=gen_length, block_length=block_length,
-                    policy=build_policy(policy[0], **policy[1]), selector=sel,
-                    cache=build_cache(cache[0], **cache[1]), **kw)
+    return spec_generate(model, ids, mask, gen_length=gen_length, block_length=block_length,
+                         policy=build_policy(policy[0], **policy[1]), selector=sel,
+                         cache=build_cache(cache[0], **cache[1]), **kw)
 
 
 # ---------------------------------------------------------------- an independent reference loop
@@ -224,8 +225,8 @@ def test_model_kwargs_reach_every_forward_sliced_to_the_rows_run(llada):
     prompts = prompts_for(llada)
     ids, mask = left_pad(prompts, llada.config.pad_token_id)
     extra = torch.arange(3).unsqueeze(1).expand(3, ids.shape[1] + G)
-    generate(Recorder(), ids, mask, gen_length=G, block_length=BL, policy=build_policy("blocks"),
-             selector=build_selector("threshold", tau=0.7), cache=build_cache("dual"), model_kwargs={"extra": extra})
+    spec_generate(Recorder(), ids, mask, gen_length=G, block_length=BL, policy=build_policy("blocks"),
+                  selector=build_selector("threshold", tau=0.7), cache=build_cache("dual"), model_kwargs={"extra": extra})
     assert all(b == e for b, e, _ in seen)
     assert any(rows != [0, 1, 2] for _, _, rows in seen)  # finished rows were dropped from some forwards
 

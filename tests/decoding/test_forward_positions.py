@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from dllm_bench.decoding import build_cache, build_policy, build_selector, generate
+from dllm_bench.decoding import build_cache, build_policy, build_selector
 from dllm_bench.models import load_model
 from dllm_bench.runner.sharding import DistContext, shard
 
 from .conftest import left_pad, prompts_for
+from .spec_kwargs import spec_generate
 
 G, BL, STEPS = 16, 8, 8
 LENGTHS = (9, 5, 12, 3, 7, 10, 6, 4)  # eight documents of different prompt lengths (left padding in a batch)
@@ -24,8 +25,8 @@ def network(request, tiny_llada_dir, tiny_dream_dir):
 
 def decode(model, prompts, policy, selector, cache, block_length=BL):
     ids, mask = left_pad(prompts, model.config.pad_token_id)
-    return generate(model, ids, mask, gen_length=G, block_length=block_length, policy=policy, selector=selector,
-                    cache=cache)
+    return spec_generate(model, ids, mask, gen_length=G, block_length=block_length, policy=policy, selector=selector,
+                         cache=cache)
 
 
 CASES = {

@@ -8,11 +8,12 @@ import itertools
 import pytest
 import torch
 
-import dllm_bench.decoding.engine as engine
-from dllm_bench.decoding import build_cache, build_policy, build_selector, check_combination, generate
+import dllm_bench.decoding.spec as spec_module
+from dllm_bench.decoding import build_cache, build_policy, build_selector, check_combination
 from dllm_bench.decoding.policies import BlockPolicy
 
 from .conftest import left_pad, prompts_for
+from .spec_kwargs import spec_generate
 
 G = 16
 POLICIES = [
@@ -55,8 +56,8 @@ def test_no_answer_holds_a_mask_id_for_any_accepted_combination(llada, dream, fl
         if block_length is None:
             continue
         reference = torch.randint(0, 90, (ids.shape[0], G)) if sel and sel[0] == "oracle" else None
-        out = generate(model, ids, mask, gen_length=G, block_length=block_length, policy=policy, selector=selector,
-                       cache=cache, reference=reference)  # generate itself raises on a left-over mask id
+        out = spec_generate(model, ids, mask, gen_length=G, block_length=block_length, policy=policy, selector=selector,
+                            cache=cache, reference=reference)  # generate itself raises on a left-over mask id
         assert not (out.tokens == model.config.mask_token_id).any(), (pol, sel, cache_name, cache_params)
         ran += 1
     assert ran >= 80
@@ -65,8 +66,8 @@ def test_no_answer_holds_a_mask_id_for_any_accepted_combination(llada, dream, fl
 def test_fixed_steps_with_forced_first_token_flush_the_block_remainder(dream):
     """Fixed steps (4 per block of 8: 2 each) + compat_first_token: the refresh commits 1, the last step the rest."""
     ids, mask = left_pad(prompts_for(dream)[:1], dream.config.pad_token_id)
-    out = generate(dream, ids, mask, gen_length=G, block_length=8, policy=build_policy("blocks", steps=8),
-                   selector=build_selector("topk"), cache=build_cache("dual", compat_first_token=True), trace=True)
+    out = spec_generate(dream, ids, mask, gen_length=G, block_length=8, policy=build_policy("blocks", steps=8),
+                        selector=build_selector("topk"), cache=build_cache("dual", compat_first_token=True), trace=True)
     assert [t.n_committed for t in out.records[0].trace] == [1, 2, 2, 3] * 2
     assert out.records[0].nfe == 8
 
@@ -79,8 +80,8 @@ def test_generate_raises_instead_of_returning_a_mask_id(llada, monkeypatch):
             super().advance(state, masked, active)
             return torch.ones_like(active)
 
-    monkeypatch.setattr(engine, "check_combination", lambda *a, **k: None)
+    monkeypatch.setattr(spec_module, "check_combination", lambda *a, **k: None)
     ids, mask = left_pad(prompts_for(llada)[:2], llada.config.pad_token_id)
     with pytest.raises(RuntimeError, match=r"left \d+ mask ids in rows \[0, 1\]"):
-        generate(llada, ids, mask, gen_length=G, block_length=8, policy=Quitter(steps=8),
-                 selector=build_selector("topk"))
+        spec_generate(llada, ids, mask, gen_length=G, block_length=8, policy=Quitter(steps=8),
+                      selector=build_selector("topk"))

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dllm_bench.decoding import build_policy, generate
+from dllm_bench.decoding import build_policy
 
 from .scripted import MASK, ScriptedNetwork
+from .spec_kwargs import spec_generate
 
 P, G = 3, 8
 LOW = 0.07  # a filler confidence below every threshold (still the top-1 of its position)
@@ -21,12 +22,12 @@ def run(script, trace=True, **policy):
 
     def spy(self, state, masked, active):
         finished = orig_advance(self, state, masked, active)
-        history.append({k: state[k].clone() for k in ("prev", "end", "fast", "explored", "determined")})
+        history.append({k: getattr(state, k).clone() for k in ("span_start", "span_end", "fast", "explored", "determined")})
         return finished
 
     type(policy_obj).advance = spy
     try:
-        out = generate(net, ids, gen_length=G, block_length=G, policy=policy_obj, trace=trace)
+        out = spec_generate(net, ids, gen_length=G, block_length=G, policy=policy_obj, trace=trace)
     finally:
         type(policy_obj).advance = orig_advance
     return out, net, history
@@ -57,7 +58,7 @@ def test_llada_slowfast_freeze_mean_fallback_and_fast_phase():
     assert out.records[0].nfe == 8 and len(net.calls) == 8
     assert committed_per_step(out) == [1, 1, 1, 1, 1, 1, 1, 1]
     # step by step: (prev, end, fast, determined) after each advance
-    seen = [(h["prev"].item(), h["end"].item(), h["fast"].item(), h["determined"].item()) for h in hist]
+    seen = [(h["span_start"].item(), h["span_end"].item(), h["fast"].item(), h["determined"].item()) for h in hist]
     assert seen[0] == (0, 8, False, False)  # window not full yet: end untouched
     assert seen[1] == (0, 4, False, True)  # frozen at the last estimate
     assert seen[2] == (0, 4, True, True)  # K steps done -> fast phase on [0, 4)
@@ -79,7 +80,7 @@ def test_fallback_to_mean_when_window_never_fills_and_explore_runs_k_forwards():
         [0, 0, 0, 0, 0, 0, 0, 0],
     ]
     out, net, hist = run(script, explore_steps=2, tau_min=0.3, stability_window=4, tau_high=0.9)
-    assert hist[1]["end"].item() == 4 and hist[1]["fast"].item()
+    assert hist[1]["span_end"].item() == 4 and hist[1]["fast"].item()
     assert committed_per_step(out)[:4] == [1, 1, 2, 4]
     # block full after call 4, but the published explore phase still runs K = 2 forwards
     assert out.records[0].nfe == 5 and MASK not in out.tokens[0].tolist()
@@ -93,8 +94,8 @@ def test_dream_variant_zero_prefilled_window_round_mean_and_unbiased_variance():
         [0, 0, 0, 0, 0.2, 0.2, 0.2, 0.2],
     ]
     out, _, hist = run(script, preset="dream", explore_steps=2)
-    assert hist[0]["end"].item() == 2 and not hist[0]["determined"].item()
-    assert hist[1]["end"].item() == 4 and hist[1]["determined"].item()
+    assert hist[0]["span_end"].item() == 2 and not hist[0]["determined"].item()
+    assert hist[1]["span_end"].item() == 4 and hist[1]["determined"].item()
     assert committed_per_step(out)[:2] == [1, 2]  # explore parallel threshold 0.8 with >= 2 qualifying
     assert MASK not in out.tokens[0].tolist()
 

@@ -9,7 +9,15 @@ import torch
 from PIL import Image
 
 import dllm_bench.models
-from dllm_bench.decoding import build_cache, build_policy, build_selector, generate
+from dllm_bench.decoding import (
+    DecodeSpec,
+    Decoding,
+    Sampling,
+    build_cache,
+    build_policy,
+    build_selector,
+    generate,
+)
 from dllm_bench.models.llada_v import LLaDAV, add_image_placeholders, forbidden_token_ids
 
 GEN, BLOCK, STEPS = 8, 4, 4
@@ -36,12 +44,10 @@ def _batch(model: LLaDAV, png_images: list[Path], rows: list[int]):
 
 def _decode(model: LLaDAV, batch, selector: str, cache: str, **cache_params) -> torch.Tensor:
     params, steps = SELECTORS[selector]
-    out = generate(
-        model, batch.input_ids, batch.attention_mask, gen_length=GEN, block_length=BLOCK,
-        policy=build_policy("blocks", steps=steps), selector=build_selector(selector, **params),
-        cache=build_cache(cache, **cache_params), forbidden_token_ids=forbidden_token_ids(model.tokenizer),
-        model_kwargs=batch.model_kwargs,
-    )
+    decoding = Decoding(GEN, BLOCK, build_policy("blocks", steps=steps), build_selector(selector, **params),
+                        build_cache(cache, **cache_params))
+    spec = DecodeSpec(decoding, Sampling(forbidden_token_ids=forbidden_token_ids(model.tokenizer)))
+    out = generate(model, batch.input_ids, batch.attention_mask, spec, model_kwargs=batch.model_kwargs)
     return out.tokens
 
 
@@ -142,10 +148,10 @@ def test_real_mathvista_rows_end_to_end(tiny_llada_v: LLaDAV, tmp_path: Path) ->
     prompts = [render_prompt(task, doc, m.tokenizer, chat=True) for doc in docs]
     batch = m.build_inputs(prompts, [images(d) for d in docs], gen_length=GEN)
     assert [len(t) for t in batch.image_tokens] == [1, 1, 1]
-    out = generate(m, batch.input_ids, batch.attention_mask, gen_length=GEN, block_length=GEN,
-                   policy=build_policy("blocks"), selector=build_selector("frechet", delta=0.25),
-                   cache=build_cache("prefix", refresh_every=4), forbidden_token_ids=forbidden_token_ids(m.tokenizer),
-                   model_kwargs=batch.model_kwargs)
+    decoding = Decoding(GEN, GEN, build_policy("blocks"), build_selector("frechet", delta=0.25),
+                        build_cache("prefix", refresh_every=4))
+    spec = DecodeSpec(decoding, Sampling(forbidden_token_ids=forbidden_token_ids(m.tokenizer)))
+    out = generate(m, batch.input_ids, batch.attention_mask, spec, model_kwargs=batch.model_kwargs)
     for doc, ids in zip(docs, out.tokens.tolist()):
         score = task.score(m.tokenizer.decode(ids, skip_special_tokens=True), doc)
         assert score.gold == doc["answer"]

@@ -15,7 +15,15 @@ import yaml
 from lm_eval.tasks import TaskManager
 
 import dllm_bench.lm_eval_adapter  # noqa: F401  (registers the model with lm-eval)
-from dllm_bench.decoding import build_cache, build_policy, build_selector, generate
+from dllm_bench.decoding import (
+    DecodeSpec,
+    Decoding,
+    Sampling,
+    build_cache,
+    build_policy,
+    build_selector,
+    generate,
+)
 from dllm_bench.lm_eval_adapter import DllmBenchLM
 from dllm_bench.models import load_model
 from dllm_bench.tasks import get_task
@@ -80,9 +88,9 @@ def test_adapter_completions_equal_a_direct_decode(lm_eval_run, tiny_llada_dir, 
     prompt = sample["arguments"][0][0]
     model = load_model(str(tiny_llada_dir), device="cpu")
     ids = torch.tensor([model.tokenizer.encode(prompt)])
-    out = generate(model, ids, torch.ones_like(ids), gen_length=GEN, block_length=BLOCK, policy=build_policy("blocks"),
-                   selector=build_selector("frechet", delta=0.25), cache=build_cache("dual"),
-                   seed=[0 ^ zlib.crc32(prompt.encode("utf-8"))])
+    decoding = Decoding(GEN, BLOCK, build_policy("blocks"), build_selector("frechet", delta=0.25), build_cache("dual"))
+    sampling = Sampling(seed=[0 ^ zlib.crc32(prompt.encode("utf-8"))])
+    out = generate(model, ids, torch.ones_like(ids), DecodeSpec(decoding, sampling))
     tokens = out.tokens[0].tolist()
     stops = set(model.config.stop_token_ids)
     end = next((k for k, t in enumerate(tokens) if t in stops), len(tokens))

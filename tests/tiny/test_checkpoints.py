@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dllm_bench.decoding import build_cache, build_policy, build_selector, generate
+from dllm_bench.decoding import DecodeSpec, Decoding, build_cache, build_policy, build_selector, generate
 from dllm_bench.models import load_model
 from dllm_bench.tasks.chat import render_prompt
 from dllm_bench.tasks.sudoku import SudokuTask
@@ -64,10 +64,9 @@ def test_engine_solves_held_out_puzzles(shipped, selector, cache, min_solved):
     prompts, _ = encode_batch(tok, model.config, [d["puzzle"] for d in docs], [d["solution"] for d in docs],
                               DEFAULT_GEN_LENGTH)
     steps = DEFAULT_GEN_LENGTH if selector == "topk" else None
-    out = generate(model, prompts, torch.ones_like(prompts), gen_length=DEFAULT_GEN_LENGTH,
-                   block_length=DEFAULT_GEN_LENGTH, policy=build_policy("blocks", steps=steps),
-                   selector=build_selector(selector, **SELECTOR_PARAMS[selector]), cache=build_cache(cache),
-                   early_stop=True)
+    decoding = Decoding(DEFAULT_GEN_LENGTH, DEFAULT_GEN_LENGTH, build_policy("blocks", steps=steps),
+                        build_selector(selector, **SELECTOR_PARAMS[selector]), build_cache(cache), early_stop=True)
+    out = generate(model, prompts, torch.ones_like(prompts), DecodeSpec(decoding))
     texts = tok.batch_decode(out.tokens, skip_special_tokens=False)
     solved = sum(task.score(t, d).correct for t, d in zip(texts, docs))
     assert solved >= min_solved, texts
@@ -90,8 +89,8 @@ def test_committing_the_whole_block_at_once_breaks_most_grids(shipped):
     tok = model.tokenizer
     prompts, _ = encode_batch(tok, model.config, [d["puzzle"] for d in docs], [d["solution"] for d in docs],
                               DEFAULT_GEN_LENGTH)
-    out = generate(model, prompts, torch.ones_like(prompts), gen_length=DEFAULT_GEN_LENGTH,
-                   block_length=DEFAULT_GEN_LENGTH, policy=build_policy("blocks", steps=1),
-                   selector=build_selector("topk"), cache=build_cache("none"), early_stop=True)
+    decoding = Decoding(DEFAULT_GEN_LENGTH, DEFAULT_GEN_LENGTH, build_policy("blocks", steps=1),
+                        build_selector("topk"), build_cache("none"), early_stop=True)
+    out = generate(model, prompts, torch.ones_like(prompts), DecodeSpec(decoding))
     texts = tok.batch_decode(out.tokens, skip_special_tokens=False)
     assert sum(task.score(t, d).correct for t, d in zip(texts, docs)) <= N // 4, texts
