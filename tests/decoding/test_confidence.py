@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dllm_bench.decoding.confidence import allowed_max, candidate_predictions
+from dllm_bench.decoding.confidence import allowed_max, candidate_predictions, row_max
 
 
 def reference(logits: torch.Tensor, forbidden: list[int], dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -37,10 +37,25 @@ def test_fast_top1_matches_the_reference(n, vocab, seed, levels, forbid, in_dtyp
 
 def test_allowed_max_masks_only_rows_whose_max_is_excluded():
     logits = torch.tensor([[0.0, 5.0, 1.0, 1.0], [3.0, 2.0, 0.0, 3.0], [9.0, 9.0, 9.0, 9.0]])
-    values, index = allowed_max(logits, [1, 0])
+    values, index, overall = allowed_max(logits, [1, 0])
     assert index.tolist() == [2, 3, 2]  # first of the tied allowed maxima
     assert values.tolist() == [1.0, 3.0, 9.0]
+    assert overall.tolist() == [5.0, 3.0, 9.0]
     assert logits[0, 1] == 5.0  # the caller's logits are not touched
+
+
+@settings(max_examples=80, deadline=None)
+@given(n=st.integers(1, 5), vocab=st.sampled_from([96, 128, 130, 256, 384, 1000, 1024, 4096 + 64, 126464]),
+       seed=st.integers(0, 10_000), levels=st.integers(1, 4), dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+       neg_inf=st.booleans())
+def test_row_max_equals_max_dim_values_and_first_index(n, vocab, seed, levels, dtype, neg_inf):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randint(0, levels, (n, vocab), generator=g).to(dtype)  # ties across runs and inside them
+    if neg_inf:
+        logits[0] = float("-inf")
+    values, index = row_max(logits)
+    ref = logits.max(dim=-1)
+    assert torch.equal(values, ref.values) and torch.equal(index, ref.indices)
 
 
 def test_large_vocabulary_row_with_a_dominant_forbidden_id():
