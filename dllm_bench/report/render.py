@@ -162,8 +162,9 @@ def mode_notes(spec: TableSpec, results: list[CellResult]) -> list[str]:
     lines = []
     if timed:
         rates = [a.timing_agreement for a in timed if a.timing_agreement is not None]
-        agree = f"; batch-1 tokens equal the batched ones on {100 * min(rates):.1f}–{100 * max(rates):.1f} % of the " \
-                "timed documents" if rates else ""
+        low, high = (f"{100 * min(rates):.1f}", f"{100 * max(rates):.1f}") if rates else ("", "")
+        share = low if low == high else f"{low}–{high}"
+        agree = f"; batch-1 tokens equal the batched ones on {share} % of the timed documents" if rates else ""
         lines += ["", f"{BATCHED_MARK} batched mode: accuracy, NFE and Tok/NFE decoded at batch "
                       f"{_values([a.batch_size for a in timed if a.batch_size])}; Tok/s and speedup timed at batch 1 "
                       f"on the first {_values([a.timing_docs for a in timed])} documents of the cell (runs.csv "
