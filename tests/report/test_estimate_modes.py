@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dllm_bench.report.estimate import batched_cell_hours, cell_gpu_hours, cell_docs, read_speedups
+from dllm_bench.report.estimate import batched_cell_hours, cell_docs, cell_gpu_hours, read_speedups
 from dllm_bench.report.tables import get_table, table_cells
 
 
