@@ -178,3 +178,15 @@ def test_command_line_refuses_timing_docs_above_limit_with_one_line(tiny_llada_d
     assert lines == ["dllm-bench: config error: timing_docs=5 is not allowed: at most limit=4 (the batch-1 pass "
                      "times the first timing_docs of the run's documents)"]
     assert not (out / "default").exists()
+
+
+def test_a_rescoring_keeps_the_batch1_pass(compose_cfg, llada_overrides, tmp_path):
+    from dllm_bench.runner.rescore import rescore
+
+    row = execute(compose_cfg(*llada_overrides, *COMMON, "name=rescored", "timing_docs=4"))
+    d = run_dir(tmp_path / "results", "rescored")
+    (again,) = rescore(d, "paper")
+    assert again["run_id"] == row["run_id"] + ".paper"
+    timed = read_jsonl(d / "timing.jsonl")
+    assert again["timing_n_samples"] == 4 and again["timing_agreement"] == 1.0
+    assert again["timing_tokens_total"] == sum(r["tokens_cut_paper"] for r in timed)  # counted as scoring=paper does
