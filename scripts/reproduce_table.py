@@ -33,8 +33,10 @@ from dllm_bench.report.estimate import (  # noqa: E402
     TARGET_RATIO,
     Speedups,
     read_speedups,
+    speedup_needed,
     table_gpu_hours,
     table_gpu_hours_batched,
+    timing_share,
 )
 from dllm_bench.report.pareto import plot_frontiers, published_points, run_points  # noqa: E402
 from dllm_bench.report.profile import TraceGroup, analyse_group, plot_profile, profile_markdown  # noqa: E402
@@ -264,19 +266,23 @@ def print_estimates(specs: list[TableSpec], limit: int | None = None, batch: int
     mode = (f"batched mode: batch {batch} + batch-1 timing on {timing_docs} documents" if batch
             else "batched mode")
     print(f"| table | runnable cells | expected GPU hours (paper's GPU; {per_cell}) | {mode} | ratio | "
-          f"<= 1/3 |\n|---|---|---|---|---|---|")
+          f"<= 1/3 | speed-up needed for 1/3 |\n|---|---|---|---|---|---|---|")
     single_all = batched_all = 0.0
     cells_all = 0
     verdicts: list[tuple[str, float]] = []
     for spec in specs:
         if not spec.needs_gpu:
             cells = sum(c.unavailable is None for c in table_cells(spec))
-            print(f"| {spec.name} | {cells} | none: runs on the CPU (docs/reports.md gives a measured time) | | | |")
+            print(f"| {spec.name} | {cells} | none: runs on the CPU (docs/reports.md gives a measured time) | | | | |")
             continue
         hours, counted, unknown = table_gpu_hours(spec, limit)
         extra = f" (+{unknown} cells without a printed throughput)" if unknown else ""
+        share = timing_share(spec, timing_docs, limit)
+        need = None if share is None else speedup_needed(share)
+        needed = ("" if share is None else f"x{need:.2f}" if need is not None
+                  else f"none: the batch-1 timing pass alone takes {share:.2f} of the batch-1 hours")
         if speedups is None or batch is None:
-            print(f"| {spec.name} | {counted + unknown} | {hours:.1f}{extra} | no measured speed-up | | |")
+            print(f"| {spec.name} | {counted + unknown} | {hours:.1f}{extra} | no measured speed-up | | | {needed} |")
             continue
         single, batched, _ = table_gpu_hours_batched(spec, speedups, batch, timing_docs, limit)
         cells_all += counted + unknown
@@ -284,7 +290,7 @@ def print_estimates(specs: list[TableSpec], limit: int | None = None, batch: int
         single_all, batched_all = single_all + single, batched_all + batched
         verdicts.append((spec.name, ratio))
         print(f"| {spec.name} | {counted + unknown} | {hours:.1f}{extra} | {batched:.1f} | {ratio:.3f} | "
-              f"{'met' if ratio <= TARGET_RATIO else 'not met'} |")
+              f"{'met' if ratio <= TARGET_RATIO else 'not met'} | {needed} |")
     if speedups is None or batch is None:
         print("\nBatched mode: no measured batch speed-up under "
               f"{bench_dir} (run `make bench`, i.e. scripts/bench_batch.py, or scripts/gpu_check.py on a GPU).")
@@ -292,7 +298,7 @@ def print_estimates(specs: list[TableSpec], limit: int | None = None, batch: int
     if verdicts:
         ratio = batched_all / single_all if single_all else float("nan")
         print(f"| all GPU tables | {cells_all} | {single_all:.1f} | {batched_all:.1f} | {ratio:.3f} | "
-              f"{'met' if ratio <= TARGET_RATIO else 'not met'} |")
+              f"{'met' if ratio <= TARGET_RATIO else 'not met'} | |")
     print("\n" + _speedup_line(speedups, batch))
     missed = [name for name, r in verdicts if r > TARGET_RATIO]
     worst = max(verdicts, key=lambda v: v[1]) if verdicts else None

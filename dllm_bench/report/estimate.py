@@ -151,3 +151,20 @@ def table_gpu_hours_batched(spec: TableSpec, speedups: Speedups, batch: int, tim
         single += h
         batched += batched_cell_hours(h, cell_docs(cell, limit), factor, timing_docs)
     return single, batched, shapes
+
+
+def timing_share(spec: TableSpec, timing_docs: int, limit: int | None = None) -> float | None:
+    """The batch-1 timing pass's hours as a share of the table's batch-1 hours (None without an estimate)."""
+    single = timed = 0.0
+    for cell in table_cells(spec):
+        h = None if cell.unavailable else cell_gpu_hours(cell, limit)
+        if h is not None:
+            docs = cell_docs(cell, limit)
+            single, timed = single + h, timed + h * min(timing_docs, docs) / docs
+    return timed / single if single else None
+
+
+def speedup_needed(share: float, target: float = TARGET_RATIO) -> float | None:
+    """The batch speed-up s with 1/s + share = target (the same s for every cell); None when the timing pass
+    alone exceeds the target."""
+    return 1.0 / (target - share) if share < target else None

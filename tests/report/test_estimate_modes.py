@@ -171,3 +171,16 @@ def test_tiny_table_in_the_batched_mode(load_script, capsys, tmp_path):
     assert "Tok/s and speedup timed at batch 1 on the first 2 documents of the cell" in text
     table = pd.read_csv(out / "tiny.csv")
     assert set(table.loc[table["metric"] == "tokens_per_s", "throughput"]) == {"timed"}
+
+
+def test_the_speedup_needed_for_a_third(load_script, capsys, tmp_path):
+    rows, _ = estimate(load_script, capsys, "--all", "--bench-dir", str(tmp_path))  # printed without any file
+    for table in ("fast_dllm_pp_t1", "slowfast_t4"):
+        single, batched = expected(table, float("inf"), 100)  # an infinite speed-up leaves the timing pass only
+        share = batched / single
+        assert rows[table][6].strip(" |") == f"x{1 / (1 / 3 - share):.2f}"
+    rows, _ = estimate(load_script, capsys, "--table", "fast_dllm_pp_t1", "--timing-docs", "600",
+                       "--bench-dir", str(tmp_path))
+    single, batched = expected("fast_dllm_pp_t1", float("inf"), 600)
+    assert rows["fast_dllm_pp_t1"][6].strip(" |") == (f"none: the batch-1 timing pass alone takes "
+                                                        f"{batched / single:.2f} of the batch-1 hours")
