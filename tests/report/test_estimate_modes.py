@@ -180,8 +180,8 @@ def test_the_speedup_needed_for_a_third(load_script, capsys, tmp_path):
         single, batched = expected(table, float("inf"), 100)  # an infinite speed-up leaves the timing pass only
         share = batched / single
         assert rows[table][6].strip(" |") == f"x{1 / (1 / 3 - share):.2f}"
-    rows, _ = estimate(load_script, capsys, "--table", "fast_dllm_pp_t1", "--timing-docs", "600",
+    rows, _ = estimate(load_script, capsys, "--table", "fast_dllm_pp_t1", "--timing-docs", "5000",
                        "--bench-dir", str(tmp_path))
-    single, batched = expected("fast_dllm_pp_t1", float("inf"), 600)
+    single, batched = expected("fast_dllm_pp_t1", float("inf"), 5000)
     assert rows["fast_dllm_pp_t1"][6].strip(" |") == (f"none: the batch-1 timing pass alone takes "
                                                         f"{batched / single:.2f} of the batch-1 hours")
