@@ -17,7 +17,7 @@ from dllm_bench.runner.completions import COUNT_KEYS, completion_texts, eos_toke
 from dllm_bench.runner.config import compute_run_id, flatten
 from dllm_bench.runner.environment import cpu_count, environment_info, is_loaded, load_average
 from dllm_bench.runner.interface import Engine, EngineFactory, Generation
-from dllm_bench.runner.progress import RunProgress
+from dllm_bench.runner.progress import RunProgress, TimingProgress
 from dllm_bench.runner.sharding import DistContext, barrier, init_distributed, shard, shutdown
 from dllm_bench.runner.store import ResultsStore
 from dllm_bench.runner.summary import PAPER_CUT_COLUMN, count_column, summarise, summarise_timing
@@ -164,9 +164,17 @@ def _time_shard(engine: Engine, task: Task, all_docs: list[dict], mine: list[int
         _seed_everything(int(c["seed"]))
         _generate(engine, task, [all_docs[first]], [first], c)
     log.info("batch-1 timing pass: %d documents on rank %d", len(mine), ctx.rank)
-    for index in mine:
-        _seed_everything(int(c["seed"]) + index)
-        store.append_timing([time_alone(engine, task, all_docs[index], index, c, ctx.rank)])
+    desc = f"{c['policy']['name']}/{c['rule']['name']}/{c['cache']['name']}"
+    bar = TimingProgress(len(mine), desc, bool(c.get("progress", True)) and ctx.is_main,
+                         count_column(c["count_rule"], task.scoring))
+    try:
+        for index in mine:
+            _seed_everything(int(c["seed"]) + index)
+            row = time_alone(engine, task, all_docs[index], index, c, ctx.rank)
+            store.append_timing([row])
+            bar.update(row)
+    finally:
+        bar.close()
 
 
 def _decode_shard(engine: Engine, task: Task, all_docs: list[dict], mine: list[int], c: dict[str, Any],
