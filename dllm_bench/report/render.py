@@ -263,7 +263,7 @@ def to_latex(spec: TableSpec, results: list[CellResult]) -> str:
         if i % len(spec.metrics) == 0:
             lines.append(r"\midrule" if row != rows[-1] else r"\bottomrule")
     lines.append(r"\end{tabular}")
-    lines += ["% " + latex_escape(n) for n in _note_lines(results, numbers)]
+    lines += ["% " + latex_escape(n) for n in [*_note_lines(results, numbers), *mode_notes(spec, results)] if n]
     return "\n".join(lines) + "\n"
 
 

@@ -73,6 +73,7 @@ def test_batched_mode_cells_take_the_batch1_pass_and_are_marked(tmp_path):
             "the first 100/200 documents of the cell") in text
     assert "96.0–100.0 % of the timed documents" not in text and "97.0–100.0 % of the timed documents" in text
     assert "¶" not in text and r"\S{}" in to_latex(spec, results)
+    assert r"% \S{} batched mode: accuracy, NFE and Tok/NFE decoded at batch 8" in to_latex(spec, results)
     rows = {(r["row"], r["column"], r["metric"]): r for r in long_rows(spec, results)}
     tok_row = rows[(GSM, "+Cache", "tokens_per_s")]
     assert (tok_row["throughput"], tok_row["batch_size"], tok_row["timing_docs"]) == ("timed", 8, 200)
