@@ -42,8 +42,9 @@ clean-venv:  ## remove the virtual environment
 demo: $(STAMP)  ## sweep rules x caches on the embedded tiny model; table, CSVs and Pareto plot under results/demo/
 	$(PY) scripts/demo.py
 
-bench: setup  ## decoding-engine benchmarks; CSVs under results/bench/
+bench: setup  ## decoding-engine benchmarks and the batch speed-up; CSVs under results/bench/
 	$(PY) scripts/bench.py
+	$(PY) scripts/bench_batch.py
 
 reproduce-table: setup  ## build paper tables (TABLE=<name> for one); runs missing runs the machine can run
 	$(PY) scripts/reproduce_table.py $(if $(TABLE),--table $(TABLE),--all)

@@ -33,6 +33,14 @@ def resolve_per_job_device(cfg: DictConfig) -> None:
         cfg.model.device = f"cuda:{int(num or 0) % count}"
 
 
+def batch1_timing(row: dict) -> str:
+    """The batched mode's batch-1 figures for the summary line ('' when the run has no timing pass)."""
+    if "timing_tokens_per_s" not in row:
+        return ""
+    return (f", batch-1 tok/s {row['timing_tokens_per_s']:.1f} on {row['timing_n_samples']} documents "
+            f"(tokens agree {row['timing_agreement']:.3f})")
+
+
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def app(cfg: DictConfig) -> dict | None:
     """Validate, run or resume, and print the run's summary line."""
@@ -53,7 +61,8 @@ def app(cfg: DictConfig) -> dict | None:
         print(f"{row['run_id']}: accuracy {row['accuracy']:.4f} "
               f"[{row['accuracy_ci_low']:.4f}, {row['accuracy_ci_high']:.4f}] n={row['n_samples']} "
               f"NFE {row['nfe_mean']:.2f} tok/fwd {row['tokens_per_forward']:.3f} "
-              f"tok/s {row['tokens_per_s']:.1f} -> {cfg.output_dir}/{cfg.name}/{row['run_id']}")
+              f"tok/s {row['tokens_per_s']:.1f} (batch {row['batch_size']}){batch1_timing(row)} "
+              f"-> {cfg.output_dir}/{cfg.name}/{row['run_id']}")
     log.debug("resolved config:\n%s", OmegaConf.to_yaml(cfg))
     return row
 

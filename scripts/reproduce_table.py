@@ -4,6 +4,8 @@
     python scripts/reproduce_table.py --table fast_dllm_pp_t1 --dry-run   # print the commands only
     python scripts/reproduce_table.py --all --no-run        # build from the runs already on disk
     python scripts/reproduce_table.py --cells               # what every cell runs (docs/reports.md)
+    python scripts/reproduce_table.py --table fast_dllm_pp_t1 --batched 32 --timing-docs 100   # batched mode
+    python scripts/reproduce_table.py --all --estimate      # GPU hours at batch 1 and in the batched mode
 """
 
 from __future__ import annotations
@@ -19,13 +21,23 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_RESULTS = REPO / "results"
+BENCH_DIR = REPO / "results" / "bench"
+DEFAULT_TIMING_DOCS = 100  # the batched mode's batch-1 timing subsample (docs/reports.md, "Batched mode")
 sys.path.insert(0, str(REPO))
 # Building a table never downloads: config checks must not wait on the hub. Runs get the caller's environment.
 RUN_ENV = dict(os.environ)
 os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
 
 from dllm_bench.report.build import CellResult, resolve_table  # noqa: E402
-from dllm_bench.report.estimate import table_gpu_hours  # noqa: E402
+from dllm_bench.report.estimate import (  # noqa: E402
+    TARGET_RATIO,
+    Speedups,
+    read_speedups,
+    speedup_needed,
+    table_gpu_hours,
+    table_gpu_hours_batched,
+    timing_share,
+)
 from dllm_bench.report.pareto import plot_frontiers, published_points, run_points  # noqa: E402
 from dllm_bench.report.profile import TraceGroup, analyse_group, plot_profile, profile_markdown  # noqa: E402
 from dllm_bench.report.render import write_table  # noqa: E402
@@ -47,7 +59,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--limit", type=int, default=None, help="documents per run (default: the whole task)")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="extra overrides for every cell, e.g. model.name_or_path=/data/LLaDA-8B-Instruct")
-    parser.add_argument("--estimate", action="store_true", help="print expected GPU hours per table and exit")
+    parser.add_argument("--batched", type=int, default=None, metavar="B",
+                        help="batched mode: every cell decodes at batch B (accuracy, NFE) and times a batch-1 pass "
+                             "over its first --timing-docs documents (tokens/s); marked § in the tables")
+    parser.add_argument("--timing-docs", type=int, default=None, metavar="N",
+                        help=f"batched mode: documents of the batch-1 timing pass (default {DEFAULT_TIMING_DOCS}, "
+                             "at most --limit)")
+    parser.add_argument("--bench-dir", default=str(BENCH_DIR),
+                        help="where --estimate reads the measured batch speed-ups (results/bench)")
+    parser.add_argument("--estimate", action="store_true",
+                        help="print expected GPU hours per table at batch 1 and in the batched mode, and exit")
     parser.add_argument("--cells", action="store_true",
                         help="print what every paper-table cell runs (the listing in docs/reports.md) and exit")
     args = parser.parse_args(argv)
@@ -67,7 +88,38 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if not sep or not key:
             parser.error(f"--set {item!r}: expected KEY=VALUE")
         args.extra[key] = yaml.safe_load(value)
+    check_batched_mode(parser, args)
     return args
+
+
+def _refuse(parser: argparse.ArgumentParser, message: str) -> None:
+    print(f"{parser.prog}: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def check_batched_mode(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Check --batched/--timing-docs (one line, exit 2) and turn them into every cell's overrides; the timing
+    subsample defaults to DEFAULT_TIMING_DOCS documents, at most --limit."""
+    if args.batched is not None and args.batched < 2:
+        _refuse(parser, f"--batched {args.batched} is not allowed: a batch size >= 2 is required (batch 1 is the "
+                        "default mode)")
+    if args.timing_docs is not None:
+        if args.timing_docs < 1:
+            _refuse(parser, f"--timing-docs {args.timing_docs} is not allowed: an integer >= 1 is required")
+        if args.limit is not None and args.timing_docs > args.limit:
+            _refuse(parser, f"--timing-docs {args.timing_docs} is not allowed: at most --limit {args.limit} "
+                            "(the batch-1 pass times the first documents of each cell)")
+        if args.batched is None and not args.estimate:
+            _refuse(parser, f"--timing-docs {args.timing_docs} needs --batched B (the batch-1 timing pass belongs "
+                            "to the batched mode)")
+    default = DEFAULT_TIMING_DOCS if args.limit is None else min(DEFAULT_TIMING_DOCS, args.limit)
+    args.timing_docs = default if args.timing_docs is None else args.timing_docs
+    if args.batched is None:
+        return
+    clash = sorted({"batch_size", "timing_docs"} & set(args.extra))
+    if clash:
+        _refuse(parser, f"--set {clash[0]}=... is not allowed with --batched: --batched and --timing-docs set it")
+    args.extra.update(batch_size=args.batched, timing_docs=args.timing_docs)
 
 
 def cuda_available() -> bool:
@@ -191,18 +243,68 @@ def write_profile(spec: TableSpec, results: list[CellResult], results_dir: Path,
     print(f"[{spec.name}] confidence profiles of {len(files)} traced run(s) -> {md}", flush=True)
 
 
-def print_estimates(specs: list[TableSpec], limit: int | None = None) -> None:
-    """Expected GPU hours per table (at most `limit` documents per cell); CPU tables say so."""
+def _speedup_line(speedups: Speedups, batch: int) -> str:
+    """Where the batch speed-ups came from, and their values at `batch`."""
+    files = ", ".join(str(p.relative_to(REPO)) if p.is_relative_to(REPO) else str(p) for p in speedups.paths)
+    values = ", ".join(f"{shape} x{table[batch]:.2f}" for shape, table in sorted(speedups.by_shape.items())
+                       if batch in table)
+    if speedups.source == "gpu":
+        return f"Speed-ups at batch {batch}: measured on the GPU by scripts/gpu_check.py ({files}): {values}."
+    return (f"Speed-ups at batch {batch}: measured on the CPU by scripts/bench_batch.py on the tiny checkpoint "
+            f"({files}): {values}; no GPU speed-up file (results/bench/gpu_generate_*.csv) yet, so every table "
+            "uses this CPU figure, which is not the GPU's.")
+
+
+def print_estimates(specs: list[TableSpec], limit: int | None = None, batch: int | None = None,
+                    timing_docs: int = DEFAULT_TIMING_DOCS, bench_dir: Path | str = BENCH_DIR) -> None:
+    """Expected GPU hours per table (at most `limit` documents per cell) at batch 1 and in the batched mode (batch
+    `batch`, default the largest measured, + a batch-1 pass over `timing_docs` documents), from measured batch
+    speed-ups; CPU tables say so. ValueError when `batch` has no measured speed-up."""
+    speedups = read_speedups(bench_dir)
+    batch = batch or (max(speedups.batches()) if speedups and speedups.batches() else None)
     per_cell = "whole benchmark" if limit is None else f"at most {limit} documents per cell"
-    print(f"| table | runnable cells | expected GPU hours (paper's GPU; {per_cell}) |\n|---|---|---|")
+    mode = (f"batched mode: batch {batch} + batch-1 timing on {timing_docs} documents" if batch
+            else "batched mode")
+    print(f"| table | runnable cells | expected GPU hours (paper's GPU; {per_cell}) | {mode} | ratio | "
+          f"<= 1/3 | speed-up needed for 1/3 |\n|---|---|---|---|---|---|---|")
+    single_all = batched_all = 0.0
+    cells_all = 0
+    verdicts: list[tuple[str, float]] = []
     for spec in specs:
         if not spec.needs_gpu:
             cells = sum(c.unavailable is None for c in table_cells(spec))
-            print(f"| {spec.name} | {cells} | none: runs on the CPU (docs/reports.md gives a measured time) |")
+            print(f"| {spec.name} | {cells} | none: runs on the CPU (docs/reports.md gives a measured time) | | | | |")
             continue
         hours, counted, unknown = table_gpu_hours(spec, limit)
         extra = f" (+{unknown} cells without a printed throughput)" if unknown else ""
-        print(f"| {spec.name} | {counted + unknown} | {hours:.1f}{extra} |")
+        share = timing_share(spec, timing_docs, limit)
+        need = None if share is None else speedup_needed(share)
+        needed = ("" if share is None else f"x{need:.2f}" if need is not None
+                  else f"none: the batch-1 timing pass alone takes {share:.2f} of the batch-1 hours")
+        if speedups is None or batch is None:
+            print(f"| {spec.name} | {counted + unknown} | {hours:.1f}{extra} | no measured speed-up | | | {needed} |")
+            continue
+        single, batched, _ = table_gpu_hours_batched(spec, speedups, batch, timing_docs, limit)
+        cells_all += counted + unknown
+        ratio = batched / single if single else float("nan")
+        single_all, batched_all = single_all + single, batched_all + batched
+        verdicts.append((spec.name, ratio))
+        print(f"| {spec.name} | {counted + unknown} | {hours:.1f}{extra} | {batched:.1f} | {ratio:.3f} | "
+              f"{'met' if ratio <= TARGET_RATIO else 'not met'} | {needed} |")
+    if speedups is None or batch is None:
+        print("\nBatched mode: no measured batch speed-up under "
+              f"{bench_dir} (run `make bench`, i.e. scripts/bench_batch.py, or scripts/gpu_check.py on a GPU).")
+        return
+    if verdicts:
+        ratio = batched_all / single_all if single_all else float("nan")
+        print(f"| all GPU tables | {cells_all} | {single_all:.1f} | {batched_all:.1f} | {ratio:.3f} | "
+              f"{'met' if ratio <= TARGET_RATIO else 'not met'} | |")
+    print("\n" + _speedup_line(speedups, batch))
+    missed = [name for name, r in verdicts if r > TARGET_RATIO]
+    worst = max(verdicts, key=lambda v: v[1]) if verdicts else None
+    print("Target: every table in the batched mode within 1/3 of its batch-1 GPU hours: "
+          + ("met" + (f" (highest ratio {worst[1]:.3f}, {worst[0]})" if worst else "") if not missed
+             else f"not met for {', '.join(missed)}") + ".")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -214,7 +316,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     specs = list(TABLES.values()) if args.all else [get_table(args.table)]
     if args.estimate:
-        print_estimates(specs, args.limit)
+        try:
+            print_estimates(specs, args.limit, args.batched, args.timing_docs, args.bench_dir)
+        except ValueError as err:  # a batch size without a measured speed-up
+            print(f"{Path(__file__).name}: error: {err}", file=sys.stderr)
+            return 2
         return 0
     can_gpu = args.gpu or cuda_available()
     for spec in specs:

@@ -28,6 +28,16 @@ class Aggregate:
     run_ids: tuple[str, ...]
     task_docs: int | None = None   # documents the task has (runs.csv `task_docs`; None for older runs)
     loaded: bool | None = None     # any pooled run timed on a loaded machine (None: not recorded)
+    batch_size: int | None = None  # the pooled runs' batch size (None: not recorded)
+    throughput: str = "batch1"     # where tokens/s comes from: THROUGHPUT_SOURCES
+    timing_docs: int | None = None          # documents per repeat of the batch-1 timing pass ("timed")
+    timing_agreement: float | None = None   # share of them whose batch-1 tokens equal the batched ones
+
+
+# "batch1": the runs' own timing at batch 1 (or batch size not recorded); "timed": the batched mode, tokens/s from
+# the runs' batch-1 timing pass (runs.csv `timing_*`); "batched": a batched pass's own tokens/s, no batch-1 pass.
+THROUGHPUT_SOURCES = ("batch1", "timed", "batched")
+TIMING_COLUMNS = ("timing_n_samples", "timing_tokens_total", "timing_wall_time_s_total")
 
 
 REQUIRED_COLUMNS = ("run_id", "n_samples", "n_correct", "nfe_total", "tokens_total", "wall_time_s_total")
@@ -53,6 +63,30 @@ def _loaded(rows: pd.DataFrame) -> bool | None:
     return False if len(flags) and (flags == "False").all() else None
 
 
+def _repeat_speed(rows: pd.DataFrame, tokens: str, wall: str, own: str) -> pd.Series:
+    """Tokens/s per repeat: summed tokens / summed wall time; a repeat of one row keeps the runner's own figure."""
+    numeric = rows[[tokens, wall]].apply(pd.to_numeric, errors="raise")
+    per_repeat = numeric.groupby(_repeat_key(rows)).sum()
+    speed = per_repeat[tokens] / per_repeat[wall]
+    if own in rows.columns:
+        single = rows.groupby(_repeat_key(rows))[own].agg(["count", "first"])
+        one = single["count"] == 1
+        speed[one] = pd.to_numeric(single.loc[one, "first"])
+    return speed
+
+
+def _batch_size(rows: pd.DataFrame) -> int | None:
+    values = pd.to_numeric(rows["batch_size"], errors="coerce").dropna() if "batch_size" in rows else []
+    return int(max(values)) if len(values) else None
+
+
+def _timed(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows that carry a batch-1 timing pass (runs with `timing_docs`)."""
+    if any(c not in rows.columns for c in TIMING_COLUMNS):
+        return rows.iloc[0:0]
+    return rows[pd.to_numeric(rows["timing_n_samples"], errors="coerce").fillna(0) > 0]
+
+
 def aggregate_runs(rows: pd.DataFrame) -> Aggregate:
     """Pool the runs.csv rows of one setting.
 
@@ -60,7 +94,8 @@ def aggregate_runs(rows: pd.DataFrame) -> Aggregate:
     folders) are pooled. Accuracy = all correct / all scored documents; its Wilson interval uses the number
     of distinct documents of one repeat, since repeating the same documents adds no independent evidence.
     Tokens/s is each repeat's own `tokens_per_s` (sharded repeats: summed tokens / summed wall time), then
-    mean and standard deviation over repeats.
+    mean and standard deviation over repeats; where runs carry a batch-1 timing pass (the batched mode), the
+    same over their `timing_*` columns instead, so a batched pass's own tokens/s never enters such a cell.
     """
     missing = [c for c in REQUIRED_COLUMNS if c not in rows.columns]
     if missing:
@@ -71,11 +106,20 @@ def aggregate_runs(rows: pd.DataFrame) -> Aggregate:
     per_repeat = numeric.groupby(_repeat_key(rows)).sum()
     n = per_repeat["n_samples"]
     acc = per_repeat["n_correct"] / n
-    speed = per_repeat["tokens_total"] / per_repeat["wall_time_s_total"]
-    if "tokens_per_s" in rows.columns:  # a repeat of one row keeps the runner's own figure
-        single = rows.groupby(_repeat_key(rows))["tokens_per_s"].agg(["count", "first"])
-        one = single["count"] == 1
-        speed[one] = pd.to_numeric(single.loc[one, "first"])
+    batch, timed = _batch_size(rows), _timed(rows)
+    timing_docs = agreement = None
+    if not timed.empty:  # the batched mode: throughput only from the batch-1 passes
+        throughput = "timed"
+        speed = _repeat_speed(timed, "timing_tokens_total", "timing_wall_time_s_total", "timing_tokens_per_s")
+        docs_timed = pd.to_numeric(timed["timing_n_samples"])
+        timing_docs = int(round(float(docs_timed.groupby(_repeat_key(timed)).sum().mean())))
+        rates = pd.to_numeric(timed.get("timing_agreement", pd.Series(dtype=str)), errors="coerce")
+        known = rates.notna()
+        if known.any():
+            agreement = float((rates[known] * docs_timed[known]).sum() / docs_timed[known].sum())
+    else:
+        throughput = "batched" if batch is not None and batch > 1 else "batch1"
+        speed = _repeat_speed(rows, "tokens_total", "wall_time_s_total", "tokens_per_s")
     total_n = float(n.sum())
     pooled = float(per_repeat["n_correct"].sum()) / total_n
     docs = float(n.mean())
@@ -95,4 +139,8 @@ def aggregate_runs(rows: pd.DataFrame) -> Aggregate:
         run_ids=tuple(sorted(set(rows["run_id"].astype(str)))),
         task_docs=_task_docs(rows),
         loaded=_loaded(rows),
+        batch_size=batch,
+        throughput=throughput,
+        timing_docs=timing_docs,
+        timing_agreement=agreement,
     )

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dllm_bench.report.build import CellResult, reproduced_value
+from dllm_bench.report.build import CellResult, reference_result, reproduced_value
 from dllm_bench.report.published import decimals
 from dllm_bench.report.tables import METRIC_LABELS, TableSpec
 
@@ -16,8 +16,10 @@ TIMED_METRICS = ("tokens_per_s", "speedup")
 DEFAULT_DECIMALS = {"accuracy": 1, "tokens_per_s": 1, "nfe": 0, "speedup": 2, "tokens_per_forward": 2, "nfe_mean": 1}
 LONG_COLUMNS = (
     "table", "row", "column", "metric", "published", "reproduced", "delta", "ci_low", "ci_high", "spread_sd",
-    "n_samples", "n_full", "n_repeats", "loaded", "status", "run_ids", "reason", "command",
+    "n_samples", "n_full", "n_repeats", "loaded", "batch_size", "throughput", "timing_docs", "timing_agreement",
+    "status", "run_ids", "reason", "command",
 )
+BATCHED_MARK, NOT_COMPARABLE_MARK = "§", "¶"
 
 
 @dataclass(frozen=True)
@@ -29,10 +31,11 @@ class Entry:
     published: float | None
     reproduced: float | None
     ndigits: int
+    comparable: bool = True  # False: a batched pass's own throughput, never set against the published one
 
     @property
     def delta(self) -> float | None:
-        if self.published is None or self.reproduced is None:
+        if self.published is None or self.reproduced is None or not self.comparable:
             return None
         return self.reproduced - self.published
 
@@ -52,10 +55,31 @@ def entry(spec: TableSpec, result: CellResult, results: list[CellResult], metric
     published_text = row[metric].strip() if row is not None and metric in row.text else ""
     published = float(published_text) if published_text else None
     ndigits = decimals(published_text) if published_text else DEFAULT_DECIMALS[metric]
-    return Entry(metric, published_text, published, reproduced_value(spec, result, results, metric), ndigits)
+    return Entry(metric, published_text, published, reproduced_value(spec, result, results, metric), ndigits,
+                 comparable(spec, result, results, metric))
 
 
-def _ours_text(result: CellResult, e: Entry) -> str:
+def comparable(spec: TableSpec, result: CellResult, results: list[CellResult], metric: str) -> bool:
+    """False for a paper table's throughput (or speedup) that rests on a batched pass without a batch-1 timing
+    pass: the papers time at batch 1, so such a figure is not theirs to compare with."""
+    if spec.paper is None or metric not in TIMED_METRICS:
+        return True
+    involved = [result, reference_result(spec, result, results) if metric == "speedup" else None]
+    return not any(r is not None and r.aggregate is not None and r.aggregate.throughput == "batched" for r in involved)
+
+
+def mode_mark(spec: TableSpec, result: CellResult, e: Entry) -> str:
+    """§ on every line of a batched-mode cell (decoded at batch B, throughput timed at batch 1 on a subsample),
+    and on the accuracy lines of a paper table's batched cell; ¶ on a throughput that is not comparable."""
+    agg = result.aggregate
+    if not e.comparable:
+        return NOT_COMPARABLE_MARK
+    if agg is not None and (agg.throughput == "timed" or (spec.paper is not None and agg.throughput == "batched")):
+        return BATCHED_MARK
+    return ""
+
+
+def _ours_text(spec: TableSpec, result: CellResult, e: Entry) -> str:
     agg = result.aggregate
     text = _fmt(e.reproduced, e.ndigits)
     if e.metric == "accuracy" and agg is not None and not math.isnan(agg.accuracy_ci_low):
@@ -70,14 +94,14 @@ def _ours_text(result: CellResult, e: Entry) -> str:
         text += "‡"
     if result.partial:
         text += f" n={agg.n_samples}†" if e.metric == "accuracy" else "†"
-    return text
+    return text + mode_mark(spec, result, e)
 
 
 def cell_text(spec: TableSpec, result: CellResult, e: Entry, note: int | None) -> str:
     """`published / reproduced (delta)`; a cell without a run says `missing [n]` or `n/a [n]`."""
     mark = f" [{note}]" if note is not None else ""
     if e.reproduced is not None:
-        ours = _ours_text(result, e)
+        ours = _ours_text(spec, result, e)
     elif result.status == "ok":  # the run exists but this metric needs another cell (speedup reference)
         ours = "missing" + mark
     else:
@@ -124,6 +148,35 @@ def _note_lines(results: list[CellResult], numbers: dict[int, int]) -> list[str]
 OFFLINE_NOTE = ("Offline machines: add `task.data_dir=<folder with the benchmark's files>` (e.g. "
                 "`../shared/data/gsm8k`) to the commands, and a local `model.name_or_path`.")
 LOADED_NOTE = "‡ = throughput measured on a loaded machine (load average above the CPU count)"
+
+
+def _values(values: list) -> str:
+    return "/".join(str(v) for v in sorted(set(values)))
+
+
+def mode_notes(spec: TableSpec, results: list[CellResult]) -> list[str]:
+    """What § and ¶ mean in this table, with the batch sizes, timing subsamples and token agreement behind them."""
+    aggs = [r.aggregate for r in results if r.aggregate is not None]
+    timed = [a for a in aggs if a.throughput == "timed"]
+    batched = [a for a in aggs if a.throughput == "batched"] if spec.paper is not None else []
+    lines = []
+    if timed:
+        rates = [a.timing_agreement for a in timed if a.timing_agreement is not None]
+        low, high = (f"{100 * min(rates):.1f}", f"{100 * max(rates):.1f}") if rates else ("", "")
+        share = low if low == high else f"{low}–{high}"
+        agree = f"; batch-1 tokens equal the batched ones on {share} % of the timed documents" if rates else ""
+        lines += ["", f"{BATCHED_MARK} batched mode: accuracy, NFE and Tok/NFE decoded at batch "
+                      f"{_values([a.batch_size for a in timed if a.batch_size])}; Tok/s and speedup timed at batch 1 "
+                      f"on the first {_values([a.timing_docs for a in timed])} documents of the cell (runs.csv "
+                      f"`timing_*`, docs/reports.md \"Batched mode\"){agree}."]
+    if batched:
+        if not timed:
+            lines += ["", f"{BATCHED_MARK} decoded at batch {_values([a.batch_size for a in batched if a.batch_size])} "
+                          "(a prompt decodes the same alone or batched)."]
+        lines += ["", f"{NOT_COMPARABLE_MARK} Tok/s of a batched pass without a batch-1 timing pass: the papers time "
+                      "at batch 1, so no difference to the published figure is printed; rerun with `timing_docs` "
+                      "(`scripts/reproduce_table.py --batched B --timing-docs N`)."]
+    return lines
 
 
 def _legend(spec: TableSpec) -> str:
@@ -174,6 +227,7 @@ def to_markdown(spec: TableSpec, results: list[CellResult]) -> str:
                       "mode, shown where it differs (docs/tasks.md, \"Scoring modes\")."]
     if any(r.aggregate is not None and r.aggregate.loaded for r in results):
         lines += ["", LOADED_NOTE + ": its tokens/s may be slower than the machine can do."]
+    lines += mode_notes(spec, results)
     if spec.needs_gpu and any(r.status == "missing" for r in results):
         lines += ["", OFFLINE_NOTE]
     assumptions = sorted({a for r in results for a in r.cell.assumptions})
@@ -193,6 +247,7 @@ def latex_escape(text: str) -> str:
     """Escape LaTeX specials so any label or note prints literally."""
     out = "".join(_LATEX_ESCAPES.get(ch, ch) for ch in text)
     return (out.replace("—", "--").replace("±", r"$\pm$").replace("†", r"$^\dagger$").replace("‡", r"$^\ddagger$")
+            .replace(BATCHED_MARK, r"\S{}").replace(NOT_COMPARABLE_MARK, r"\P{}")
             .replace("−", "-").replace("…", r"\ldots{}"))
 
 
@@ -208,7 +263,7 @@ def to_latex(spec: TableSpec, results: list[CellResult]) -> str:
         if i % len(spec.metrics) == 0:
             lines.append(r"\midrule" if row != rows[-1] else r"\bottomrule")
     lines.append(r"\end{tabular}")
-    lines += ["% " + latex_escape(n) for n in _note_lines(results, numbers)]
+    lines += ["% " + latex_escape(n) for n in [*_note_lines(results, numbers), *mode_notes(spec, results)] if n]
     return "\n".join(lines) + "\n"
 
 
@@ -232,6 +287,10 @@ def long_rows(spec: TableSpec, results: list[CellResult]) -> list[dict[str, obje
                 "n_samples": agg.n_samples if agg else "", "n_full": r.full_size or "",
                 "n_repeats": agg.n_repeats if agg else "",
                 "loaded": "" if agg is None or agg.loaded is None else agg.loaded,
+                "batch_size": "" if agg is None or agg.batch_size is None else agg.batch_size,
+                "throughput": agg.throughput if agg else "",
+                "timing_docs": "" if agg is None or agg.timing_docs is None else agg.timing_docs,
+                "timing_agreement": "" if agg is None or agg.timing_agreement is None else repr(agg.timing_agreement),
                 "status": r.status, "run_ids": " ".join(agg.run_ids) if agg else "",
                 "reason": r.reason or "", "command": r.command or "",
             })

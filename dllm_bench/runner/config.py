@@ -13,7 +13,8 @@ PACKAGE_DIR = Path(__file__).resolve().parent.parent
 CONF_DIR = PACKAGE_DIR.parent / "conf"
 
 # Keys that choose which documents run or how a run reports itself, never what a document's output is.
-NON_OUTPUT_KEYS = ("name", "output_dir", "limit", "offset", "progress", "trace", "warmup", "hydra")
+# `timing_docs` only adds a batch-1 timing pass beside the run's own rows, so it shares their folder.
+NON_OUTPUT_KEYS = ("name", "output_dir", "limit", "offset", "progress", "trace", "warmup", "timing_docs", "hydra")
 
 
 def register_resolvers() -> None:

@@ -16,11 +16,11 @@ from dllm_bench.models.loading import checkpoint_fingerprint
 from dllm_bench.runner.completions import COUNT_KEYS, completion_texts, eos_token_id, paper_completion
 from dllm_bench.runner.config import compute_run_id, flatten
 from dllm_bench.runner.environment import cpu_count, environment_info, is_loaded, load_average
-from dllm_bench.runner.interface import Engine, EngineFactory
-from dllm_bench.runner.progress import RunProgress
+from dllm_bench.runner.interface import Engine, EngineFactory, Generation
+from dllm_bench.runner.progress import RunProgress, TimingProgress
 from dllm_bench.runner.sharding import DistContext, barrier, init_distributed, shard, shutdown
 from dllm_bench.runner.store import ResultsStore
-from dllm_bench.runner.summary import PAPER_CUT_COLUMN, count_column, summarise
+from dllm_bench.runner.summary import PAPER_CUT_COLUMN, count_column, summarise, summarise_timing
 from dllm_bench.runner.validate import ConfigError, build_task, validate_config
 from dllm_bench.tasks import Task
 from dllm_bench.tasks.chat import render_prompt
@@ -63,14 +63,28 @@ def select_documents(n_docs: int, offset: int, limit: int | None, task_name: str
     return selected
 
 
+def timing_documents(selected: list[int], timing_docs: int | None, c: dict[str, Any]) -> list[int]:
+    """The batched mode's timing subsample: the first `timing_docs` selected documents (none when off);
+    refused when the selection is smaller, before any folder is made."""
+    if timing_docs is None:
+        return []
+    if timing_docs > len(selected):
+        limit = c.get("limit")
+        raise ConfigError(f"timing_docs={timing_docs} is not allowed: offset={c.get('offset', 0)}, limit="
+                          f"{'null' if limit is None else limit} select {len(selected)} documents of task "
+                          f"{c['task']['name']!r}; use timing_docs <= {len(selected)}")
+    return selected[:timing_docs]
+
+
 def row_seeds(seed: int, indices: list[int]) -> list[int]:
     """One seed per document (seed + document index): sampling noise independent of batch, shard and resume."""
     return [int(seed) + int(i) for i in indices]
 
 
-def decode_batch(engine: Engine, task: Task, docs: list[dict], indices: list[int], c: dict[str, Any],
-                 rank: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Decode one batch and score it: (sample rows, trace rows). Timing spans prompt rendering to text."""
+def _generate(engine: Engine, task: Task, docs: list[dict], indices: list[int], c: dict[str, Any]
+              ) -> tuple[list[str], list[Generation], list[tuple[str, str]], list[tuple[str, int]], float]:
+    """Decode one batch: (prompts, generations, (text, raw) and (paper text, paper tokens) per row, seconds from
+    prompt rendering to completion text)."""
     chat = bool(c["model"]["chat"])
     seeds = row_seeds(c["seed"], indices)
     stop_strings = tuple(task.stop_strings_for(chat))
@@ -83,15 +97,26 @@ def decode_batch(engine: Engine, task: Task, docs: list[dict], indices: list[int
     eos = eos_token_id(engine.tokenizer, engine.stop_token_ids)
     papers = [paper_completion(raw, engine.tokenizer, stop_strings, eos) for _, raw in texts]
     _sync()
-    latency = time.perf_counter() - start
+    return prompts, gens, texts, papers, time.perf_counter() - start
+
+
+def _token_counts(gen: Generation, paper_tokens: int) -> dict[str, int]:
+    counts = {f"tokens_{rule}": int(gen.token_counts[key]) for rule, key in COUNT_KEYS.items()}
+    counts[PAPER_CUT_COLUMN] = paper_tokens
+    return counts
+
+
+def decode_batch(engine: Engine, task: Task, docs: list[dict], indices: list[int], c: dict[str, Any],
+                 rank: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Decode one batch and score it: (sample rows, trace rows). Timing spans prompt rendering to text."""
+    prompts, gens, texts, papers, latency = _generate(engine, task, docs, indices, c)
     scoring = task.scoring
     scored = [paper for paper, _ in papers] if scoring == "paper" else [text for text, _ in texts]
     scores = task.score_many(scored, docs)  # code tasks run their programs in parallel
     rows, traces = [], []
     for doc, index, prompt, gen, (text, raw), (paper, paper_tokens), completion, score in zip(
             docs, indices, prompts, gens, texts, papers, scored, scores):
-        counts = {f"tokens_{rule}": int(gen.token_counts[key]) for rule, key in COUNT_KEYS.items()}
-        counts[PAPER_CUT_COLUMN] = paper_tokens
+        counts = _token_counts(gen, paper_tokens)
         counted = counts[count_column(c["count_rule"], scoring)]
         rows.append({
             "sample_id": str(doc["sample_id"]),
@@ -120,6 +145,36 @@ def decode_batch(engine: Engine, task: Task, docs: list[dict], indices: list[int
         if gen.trace is not None:
             traces.append({"sample_id": str(doc["sample_id"]), "doc_index": index, **gen.trace})
     return rows, traces
+
+
+def time_alone(engine: Engine, task: Task, doc: dict, index: int, c: dict[str, Any], rank: int) -> dict[str, Any]:
+    """Decode one document alone, unscored: its row of the batched mode's batch-1 timing pass (timing.jsonl)."""
+    _, (gen,), ((_, raw),), ((_, paper_tokens),), latency = _generate(engine, task, [doc], [index], c)
+    return {"sample_id": str(doc["sample_id"]), "doc_index": index, "raw_completion": raw, "nfe": int(gen.nfe),
+            "steps": int(gen.steps), **_token_counts(gen, paper_tokens), "wall_time_s": latency,
+            "latency_s": latency, "decode_time_s": gen.decode_time_s, "batch_size": 1, "rank": rank}
+
+
+def _time_shard(engine: Engine, task: Task, all_docs: list[dict], mine: list[int], c: dict[str, Any],
+                store: ResultsStore, ctx: DistContext) -> None:
+    """The batch-1 timing pass over this rank's share of the timing subsample: warm up at batch 1, then one
+    row per document, appended as it ends (a killed pass resumes where it stopped)."""
+    first = mine[0]
+    for _ in range(int(c.get("warmup", 0))):  # batch-1 shapes: their own kernels and allocator blocks
+        _seed_everything(int(c["seed"]))
+        _generate(engine, task, [all_docs[first]], [first], c)
+    log.info("batch-1 timing pass: %d documents on rank %d", len(mine), ctx.rank)
+    desc = f"{c['policy']['name']}/{c['rule']['name']}/{c['cache']['name']}"
+    bar = TimingProgress(len(mine), desc, bool(c.get("progress", True)) and ctx.is_main,
+                         count_column(c["count_rule"], task.scoring))
+    try:
+        for index in mine:
+            _seed_everything(int(c["seed"]) + index)
+            row = time_alone(engine, task, all_docs[index], index, c, ctx.rank)
+            store.append_timing([row])
+            bar.update(row)
+    finally:
+        bar.close()
 
 
 def _decode_shard(engine: Engine, task: Task, all_docs: list[dict], mine: list[int], c: dict[str, Any],
@@ -168,22 +223,27 @@ def execute(cfg: DictConfig | dict[str, Any], engine_factory: EngineFactory | No
     started = _now()
     all_docs = task.all_docs()
     selected = select_documents(len(all_docs), int(c.get("offset", 0)), c.get("limit"), c["task"]["name"])
+    timing = timing_documents(selected, c.get("timing_docs"), c)
     ctx = init_distributed()
     store = ResultsStore(c["output_dir"], c["name"], run_id, ctx.rank, ctx.world_size)
     try:
-        finished = store.finished_ids()
+        finished, timed = store.finished_ids(), store.timed_ids()
         todo = [i for i in selected if str(all_docs[i]["sample_id"]) not in finished]
-        barrier(ctx)  # every rank has read the same finished set before any rank appends to it
-        mine = shard(todo, ctx)
+        timing_todo = [i for i in timing if str(all_docs[i]["sample_id"]) not in timed]
+        barrier(ctx)  # every rank has read the same finished sets before any rank appends to them
+        mine, mine_timed = shard(todo, ctx), shard(timing_todo, ctx)
         log.info("run %s: %d documents selected, %d already done, %d for rank %d/%d", run_id, len(selected),
                  len(selected) - len(todo), len(mine), ctx.rank, ctx.world_size)
         device_name = "none (nothing to decode)"
-        if mine:
+        if mine or mine_timed:
             if c.get("num_threads"):
                 torch.set_num_threads(int(c["num_threads"]))
             engine = (engine_factory or default_engine_factory)(c, ctx)
             device_name = engine.device_name
-            _decode_shard(engine, task, all_docs, mine, c, store, ctx, len(selected) - len(todo), len(selected))
+            if mine:
+                _decode_shard(engine, task, all_docs, mine, c, store, ctx, len(selected) - len(todo), len(selected))
+            if mine_timed:
+                _time_shard(engine, task, all_docs, mine_timed, c, store, ctx)
         barrier(ctx)
         row = None
         if ctx.is_main:
@@ -203,7 +263,15 @@ def _finalise(c: dict[str, Any], run_id: str, store: ResultsStore, all_docs: lis
     rows = store.merge()
     wanted = {str(all_docs[i]["sample_id"]) for i in selected}
     rows = [r for r in rows if r["sample_id"] in wanted]
-    summary = summarise(rows, c["count_rule"], c["task"].get("scoring", "lm_eval"))
+    scoring = c["task"].get("scoring", "lm_eval")
+    summary = summarise(rows, c["count_rule"], scoring)
+    if c.get("timing_docs") is not None:
+        subsample = {str(all_docs[i]["sample_id"]) for i in selected[: c["timing_docs"]]}
+        timed = [r for r in store.timing_rows() if r["sample_id"] in subsample]
+        if len(timed) < len(subsample):
+            log.warning("run %s: %d of %d timing documents have no batch-1 row", run_id, len(subsample) - len(timed),
+                        len(subsample))
+        summary.update(summarise_timing(timed, rows, c["count_rule"], scoring))
     if len(rows) < len(wanted):
         log.warning("run %s: %d of %d selected documents have no row", run_id, len(wanted) - len(rows), len(wanted))
     previous = store.read_run_json()

@@ -30,3 +30,21 @@ class RunProgress:
 
     def close(self) -> None:
         self.bar.close()
+
+
+class TimingProgress:
+    """tqdm bar over the batch-1 timing pass's documents, with their running tokens/s."""
+
+    def __init__(self, total: int, desc: str, enabled: bool, count_column: str):
+        self.bar = tqdm(total=total, desc=f"{desc} batch-1 timing", disable=not enabled, dynamic_ncols=True,
+                        leave=True)
+        self.column, self.tokens, self.wall = count_column, 0, 0.0
+
+    def update(self, row: dict[str, Any]) -> None:
+        self.tokens += int(row[self.column])
+        self.wall += float(row["wall_time_s"])
+        self.bar.set_postfix(tok_s=f"{self.tokens / self.wall:.1f}" if self.wall > 0 else "-", refresh=False)
+        self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.close()

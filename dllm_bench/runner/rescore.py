@@ -17,7 +17,7 @@ from typing import Any
 
 from dllm_bench.runner.config import flatten
 from dllm_bench.runner.store import ResultsStore, _atomic_write_text, read_jsonl
-from dllm_bench.runner.summary import count_column, summarise
+from dllm_bench.runner.summary import count_column, summarise, summarise_timing
 from dllm_bench.runner.validate import ConfigError, build_task
 from dllm_bench.tasks.base import SCORING_MODES
 
@@ -47,6 +47,15 @@ def rescored_run_id(generation_run_id: str, mode: str) -> str:
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def timing_subsample(run_dir: Path, rows: list[dict[str, Any]], timing_docs: int | None) -> list[dict[str, Any]] | None:
+    """The generation run's batch-1 timing rows of its first `timing_docs` scored documents; None without a pass."""
+    path = run_dir / "timing.jsonl"
+    if timing_docs is None or not path.is_file():
+        return None
+    ids = {str(r["sample_id"]) for r in rows}
+    return sorted((r for r in read_jsonl(path) if str(r["sample_id"]) in ids), key=lambda r: r["doc_index"])[:timing_docs]
 
 
 def rescore_run(run_dir: Path | str, mode: str, workers: int | None = None) -> dict[str, Any]:
@@ -87,6 +96,9 @@ def rescore_run(run_dir: Path | str, mode: str, workers: int | None = None) -> d
     store = ResultsStore(run_dir.parent.parent, run_dir.parent.name, run_id)
     _atomic_write_text(store.samples_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     summary = summarise(rows, config["count_rule"], mode)
+    timed = timing_subsample(run_dir, rows, config.get("timing_docs"))
+    if timed is not None:  # the batched mode: the generation run's batch-1 pass, counted under `mode`
+        summary.update(summarise_timing(timed, rows, config["count_rule"], mode))
     extra = {"rescored_from": info["run_id"], "generation_run_id": generation_id, "rescored_at": _now()}
     store.write_run_json({**info, "run_id": run_id, "config": config, "summary": summary, **extra})
     env = info.get("environment") or {}

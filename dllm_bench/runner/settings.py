@@ -28,6 +28,7 @@ class RunSettings:
     limit: int | None = None
     offset: int = 0
     warmup: int = 1
+    timing_docs: int | None = None
     num_threads: int | None = None
     progress: bool = True
     count_rule: str = "cut"

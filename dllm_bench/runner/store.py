@@ -1,4 +1,5 @@
-"""Resumable results store: append-only sample rows (fsync'd, torn tails discarded), run.json and runs.csv."""
+"""Resumable results store: append-only sample and timing rows (fsync'd, torn tails discarded), run.json and
+runs.csv."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from dllm_bench.runner.summary import RUN_INFO_COLUMNS, SUMMARY_COLUMNS
+from dllm_bench.runner.summary import RUN_INFO_COLUMNS, SUMMARY_COLUMNS, TIMING_PASS_COLUMNS
 
 
 def _repair_tail(path: Path) -> None:
@@ -80,11 +81,11 @@ def _atomic_write_text(path: Path, text: str) -> None:
 
 def schema_order(columns: Iterable[str]) -> list[str]:
     """runs.csv columns in schema order whatever order runs arrive in: run_id, name, the config keys sorted,
-    the summary columns, then the run's bookkeeping (each only where present)."""
+    the summary columns, the batch-1 timing pass's, then the run's bookkeeping (each only where present)."""
     present = set(columns)
-    fixed = ("run_id", "name", *SUMMARY_COLUMNS, *RUN_INFO_COLUMNS)
-    config = sorted(present - set(fixed))
-    tail = [c for c in (*SUMMARY_COLUMNS, *RUN_INFO_COLUMNS) if c in present]
+    after = (*SUMMARY_COLUMNS, *TIMING_PASS_COLUMNS, *RUN_INFO_COLUMNS)
+    config = sorted(present - {"run_id", "name", *after})
+    tail = [c for c in after if c in present]
     return [c for c in ("run_id", "name") if c in present] + config + tail
 
 
@@ -116,15 +117,18 @@ class ResultsStore:
         self.traces_path = self.run_dir / "traces.jsonl"
         self.own_samples = self.run_dir / f"samples{suffix}.jsonl"
         self.own_traces = self.run_dir / f"traces{suffix}.jsonl"
+        self.timing_path = self.run_dir / "timing.jsonl"  # the batched mode's batch-1 pass (timing_docs)
+        self.own_timing = self.run_dir / f"timing{suffix}.jsonl"
         self.run_json = self.run_dir / "run.json"
         self.runs_csv = self.experiment_dir / "runs.csv"
         _repair_tail(self.own_samples)
         _repair_tail(self.own_traces)
+        _repair_tail(self.own_timing)
 
     def discard_if_empty(self) -> None:
         """Remove the folders this store created while they hold no row (a run that failed before its first
         row was written, e.g. on a full disk: its own sample files are then empty or torn)."""
-        for own in (self.own_samples, self.own_traces):
+        for own in (self.own_samples, self.own_traces, self.own_timing):
             if own.exists() and not read_jsonl(own):
                 own.unlink()
         for path in reversed(self._created):
@@ -140,6 +144,24 @@ class ResultsStore:
         """Sample ids with a complete row in any sample file of this run (any earlier world size)."""
         return {str(row["sample_id"]) for path in self._sample_files() for row in read_jsonl(path)}
 
+    def _timing_files(self) -> list[Path]:
+        return [self.timing_path, *sorted(self.run_dir.glob("timing.rank*.jsonl"))]
+
+    def timed_ids(self) -> set[str]:
+        """Sample ids with a complete batch-1 timing row (any earlier world size)."""
+        return {str(row["sample_id"]) for path in self._timing_files() for row in read_jsonl(path)}
+
+    def timing_rows(self) -> list[dict[str, Any]]:
+        """The batch-1 timing rows, each sample once (after `merge`: timing.jsonl in document order)."""
+        rows: dict[str, dict[str, Any]] = {}
+        for path in self._timing_files():
+            for row in read_jsonl(path):
+                rows.setdefault(str(row["sample_id"]), row)
+        return sorted(rows.values(), key=lambda r: (r["doc_index"], str(r["sample_id"])))
+
+    def append_timing(self, rows: list[dict[str, Any]]) -> None:
+        _append_jsonl(self.own_timing, rows)
+
     def append_samples(self, rows: list[dict[str, Any]]) -> None:
         _append_jsonl(self.own_samples, rows)
 
@@ -147,7 +169,8 @@ class ResultsStore:
         _append_jsonl(self.own_traces, rows)
 
     def merge(self) -> list[dict[str, Any]]:
-        """Rank 0: fold every sample file into samples.jsonl in document order, each sample once."""
+        """Rank 0: fold every sample (trace, timing) file into samples.jsonl (traces.jsonl, timing.jsonl) in document
+        order, each sample once."""
         rows: dict[str, dict[str, Any]] = {}
         for path in self._sample_files():
             for row in read_jsonl(path):
@@ -161,8 +184,12 @@ class ResultsStore:
         if traces:
             trace_rows = sorted(traces.values(), key=lambda r: (r.get("doc_index", 0), str(r["sample_id"])))
             _atomic_write_text(self.traces_path, "".join(json.dumps(r) + "\n" for r in trace_rows))
-        for path in [*self.run_dir.glob("samples.rank*.jsonl"), *self.run_dir.glob("traces.rank*.jsonl")]:
-            path.unlink()
+        timing = self.timing_rows()
+        if timing:
+            _atomic_write_text(self.timing_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in timing))
+        for pattern in ("samples.rank*.jsonl", "traces.rank*.jsonl", "timing.rank*.jsonl"):
+            for path in self.run_dir.glob(pattern):
+                path.unlink()
         return ordered
 
     def read_run_json(self) -> dict[str, Any]:

@@ -59,11 +59,38 @@ def summarise(rows: list[dict[str, Any]], count_rule: str, scoring: str = "lm_ev
     }
 
 
-TIMING_KEYS = ("tokens_per_s", "latency_s_mean", "wall_time_s_total")
+def summarise_timing(timed: list[dict[str, Any]], rows: list[dict[str, Any]], count_rule: str,
+                     scoring: str = "lm_eval") -> dict[str, Any]:
+    """The batch-1 timing pass's columns (docs/runner.md, "Batched mode"): its own throughput, counted by the
+    run's rule, and the share of its documents whose answer region equals the batched decode's
+    (`raw_completion`: every answer id, special tokens kept; exact on CPU, a rate in bf16)."""
+    n = len(timed)
+    column = count_column(count_rule, scoring)
+    tokens = sum(int(r[column]) for r in timed)
+    wall = sum(float(r["wall_time_s"]) for r in timed)
+    batched = {str(r["sample_id"]): r["raw_completion"] for r in rows}
+    compared = [r for r in timed if str(r["sample_id"]) in batched]
+    same = sum(r["raw_completion"] == batched[str(r["sample_id"])] for r in compared)
+    return {
+        "timing_batch_size": 1,
+        "timing_n_samples": n,
+        "timing_tokens_total": tokens,
+        "timing_tokens_per_s": tokens / wall if wall > 0 else math.nan,
+        "timing_latency_s_mean": sum(float(r["latency_s"]) for r in timed) / n if n else math.nan,
+        "timing_wall_time_s_total": wall,
+        "timing_agreement": same / len(compared) if compared else math.nan,
+    }
+
+
+TIMING_KEYS = ("tokens_per_s", "latency_s_mean", "wall_time_s_total", "timing_tokens_per_s", "timing_latency_s_mean",
+               "timing_wall_time_s_total")
 # runs.csv column order (docs/runner.md): run_id, name, the config keys sorted, these summary columns, then the
 # run's bookkeeping.
 SUMMARY_COLUMNS = ("n_samples", "n_correct", "accuracy", "accuracy_ci_low", "accuracy_ci_high", "nfe_mean",
                    "nfe_total", "steps_mean", "tokens_total", "tokens_per_forward", "tokens_per_s", "latency_s_mean",
                    "wall_time_s_total", "count_rule")
+# the batched mode's batch-1 timing pass (only in runs with `timing_docs`), after the summary columns
+TIMING_PASS_COLUMNS = ("timing_batch_size", "timing_n_samples", "timing_tokens_total", "timing_tokens_per_s",
+                       "timing_latency_s_mean", "timing_wall_time_s_total", "timing_agreement")
 RUN_INFO_COLUMNS = ("task_docs", "world_size", "device_name", "cpu_count", "load_avg_start", "load_avg_end",
                     "machine_loaded", "git_commit", "started_at", "finished_at")

@@ -162,6 +162,21 @@ def build_task(task: dict[str, Any]) -> Task:
         raise ConfigError(f"task={name!r}: {e}") from None
 
 
+def _validate_timing_docs(c: dict[str, Any]) -> None:
+    """`timing_docs` (batched mode): a batch-1 timing pass over at most the run's own documents."""
+    n = c.get("timing_docs")
+    if n is None:
+        return
+    _integer("timing_docs", n, 1)
+    if c["batch_size"] == 1:
+        _fail("timing_docs", n, "only with batch_size > 1 (at batch_size=1 the run's own tokens/s is already "
+                                "a batch-1 timing); set timing_docs=null")
+    limit = c.get("limit")
+    if limit is not None and n > limit:
+        _fail("timing_docs", n, f"at most limit={limit} (the batch-1 pass times the first timing_docs of the "
+                                "run's documents)")
+
+
 def _validate_top_level(c: dict[str, Any]) -> None:
     _integer("batch_size", c.get("batch_size"), 1)
     _integer("offset", c.get("offset", 0), 0)
@@ -170,6 +185,7 @@ def _validate_top_level(c: dict[str, Any]) -> None:
         _integer("num_threads", c["num_threads"], 1)
     if c.get("limit") is not None:
         _integer("limit", c["limit"], 0)
+    _validate_timing_docs(c)
     if _number("temperature", c.get("temperature")) < 0:
         _fail("temperature", c.get("temperature"), "must be >= 0")
     if _number("cfg_scale", c.get("cfg_scale")) < 0:

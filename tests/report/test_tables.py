@@ -129,10 +129,12 @@ def test_dry_run_says_all_filled_and_keeps_the_results_folder(tmp_path, t5_resul
 
 def test_estimate_honours_limit_and_lists_the_tiny_table(load_script, capsys):
     module = load_script("reproduce_table")
+    table_rows = lambda out: {line.split(" | ")[0][2:]: line for line in out.splitlines()[2:]  # noqa: E731
+                              if line.startswith("| ")}
     module.main(["--all", "--estimate"])
-    full = {line.split(" | ")[0][2:]: line for line in capsys.readouterr().out.splitlines()[2:]}
+    full = table_rows(capsys.readouterr().out)
     module.main(["--all", "--estimate", "--limit", "10"])
-    limited = {line.split(" | ")[0][2:]: line for line in capsys.readouterr().out.splitlines()[2:]}
+    limited = table_rows(capsys.readouterr().out)
     assert "runs on the CPU" in full["tiny"] and "runs on the CPU" in limited["tiny"]
     hours = lambda line: float(line.split(" | ")[2].split()[0])  # noqa: E731
     # HumanEval has 164 documents: 10 of them take 10/164 of the time of the whole table's HumanEval cells
