@@ -29,6 +29,7 @@ from dllm_bench.decoding.selectors import (
 )
 from dllm_bench.models import DiffusionLM, FeatureCache, KVCache, ModelConfig
 from dllm_bench.models.network import store_linear_weights_transposed
+from dllm_bench.models.random_weights import random_network
 
 ROOT = Path(__file__).resolve().parent.parent
 LLADA_CONFIG = ROOT / "dllm_bench" / "models" / "reference_configs" / "llada-8b-instruct" / "config.json"
@@ -59,17 +60,12 @@ def build_model(shape: str, device: torch.device, dtype: torch.dtype, weight_lay
     raw.update(sizes, vocab_size=vocab)
     if vocab < 126464:  # keep the special ids inside a smaller vocabulary
         raw.update(mask_token_id=vocab - 1, eos_token_id=vocab - 2, pad_token_id=vocab - 2, bos_token_id=vocab - 3)
-    cfg = ModelConfig.from_hf_config(raw, name_or_path=f"random-{shape}")
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = DiffusionLM(cfg).to(dtype)
-    for p in model.parameters():
-        torch.nn.init.normal_(p, std=0.02) if p.dim() > 1 else torch.nn.init.ones_(p)
     if weight_layout not in WEIGHT_LAYOUTS:
         raise ValueError(f"weight_layout {weight_layout!r} is not one of {WEIGHT_LAYOUTS}")
+    model = random_network(raw, f"random-{shape}", device, dtype)
     if weight_layout == "loaded" and device.type == "cpu":
         store_linear_weights_transposed(model)
-    return model.eval()
+    return model
 
 
 class TimedNetwork:

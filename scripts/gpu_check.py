@@ -23,7 +23,8 @@ import torch
 import torch.nn.functional as F
 
 from dllm_bench.decoding import DecodeSpec, Decoding, build_cache, build_policy, build_selector, generate
-from dllm_bench.models import DiffusionLM, FeatureCache, KVCache, ModelConfig
+from dllm_bench.models import DiffusionLM, FeatureCache, KVCache
+from dllm_bench.models.random_weights import random_network
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "dllm_bench" / "models" / "reference_configs"
@@ -42,20 +43,7 @@ def build_model(shape: str, device: torch.device, dtype: torch.dtype, tiny: bool
     raw = json.loads(SHAPES[shape].read_text())
     if tiny:
         raw.update({k: v for k, v in TINY.items() if k in raw})
-    cfg = ModelConfig.from_hf_config(raw, name_or_path=f"random-{shape}")
-    with torch.device("meta"):
-        model = DiffusionLM(cfg)
-    model = model.to(dtype).to_empty(device=device)  # allocated once, in the target dtype
-    gen = torch.Generator(device=device).manual_seed(0)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.fill_(1.0)
-            elif name.endswith("bias"):
-                p.zero_()
-            else:
-                p.normal_(0.0, 0.02, generator=gen)
-    return model.eval()
+    return random_network(raw, f"random-{shape}", device, dtype)
 
 
 def timed(call, device: torch.device, repeats: int) -> float:
@@ -171,6 +159,8 @@ def check_shape(shape: str, args, device: torch.device, deadline: float, out: Pa
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     t0 = time.perf_counter()
     model = build_model(shape, device, dtype, args.tiny)
+    if device.type == "cuda":  # the peak below is the checks' (weights included), not the float32 build's
+        torch.cuda.reset_peak_memory_stats(device)
     summary = {"shape": shape, "parameters": model.num_parameters(), "dtype": str(dtype).replace("torch.", ""),
                "build_s": round(time.perf_counter() - t0, 1), "skipped": []}
     rows = []

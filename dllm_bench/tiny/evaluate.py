@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import time
@@ -114,6 +115,7 @@ def evaluate_checkpoint(checkpoint: Path, *, limit: int, gen_length: int, block_
     torch.set_num_threads(threads)
     model = load_model(checkpoint, device="cpu", dtype="float32")
     rows = SudokuTask(limit=limit).docs()
+    load_start = os.getloadavg()[0]
     results = []
     for setting in decode_settings(gen_length, block_length):
         if model.config.flavour not in setting.flavours:
@@ -129,6 +131,7 @@ def evaluate_checkpoint(checkpoint: Path, *, limit: int, gen_length: int, block_
         "gen_length": gen_length, "block_length": block_length, "batch_size": batch_size, "threads": threads,
         "early_stop": True, "temperature": 0.0, "torch": torch.__version__,
         "machine": f"{platform.machine()} CPU, {threads} thread(s)", "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+        "cpu_count": os.cpu_count(), "load_avg": [round(load_start, 2), round(os.getloadavg()[0], 2)],
         "results": results,
     }
 

@@ -208,6 +208,7 @@ def render_model_card(directory: Path) -> str:
             "stop string, re-tokenized, stop tokens dropped (16 per solved-format answer); tokens/s = those "
             "tokens / wall time of the batched `generate` calls (CPU shared with other jobs, so speed is "
             "indicative).",
+            *_load_line(doc),
             "",
             results_table(doc),
             "",
@@ -223,6 +224,17 @@ def render_model_card(directory: Path) -> str:
         "",
     ]
     return "\n".join(parts)
+
+
+def _load_line(doc: dict) -> list[str]:
+    """The 1-minute load average over the evaluation, where recorded; above the CPU count, tokens/s is the
+    share of the CPU this run got, not the model's speed."""
+    if "load_avg" not in doc:
+        return []
+    start, end = doc["load_avg"]
+    loaded = max(start, end) > doc["cpu_count"]
+    return ["", f"Load average {start:.2f} → {end:.2f} on {doc['cpu_count']} CPUs"
+            + (": a loaded machine, so tokens/s here understate the model's speed." if loaded else ".")]
 
 
 def write_model_card(directory: Path) -> Path:

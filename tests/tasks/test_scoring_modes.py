@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ast
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -197,20 +196,11 @@ def test_longest_parsable_equals_the_quadratic_definition(text):
 # ---- lm_eval mode: HumanEval "def line + body" ------------------------------------------------------------
 
 
-def def_line(prompt: str, entry: str) -> str:
-    """The entry point's signature as the prompt writes it (one or more lines, up to the colon)."""
-    lines = prompt.splitlines()
-    i = next(k for k, line in enumerate(lines) if re.match(rf"\s*def\s+{re.escape(entry)}\s*\(", line))
-    j = i
-    while not lines[j].rstrip().endswith(":"):
-        j += 1
-    return "\n".join(lines[i : j + 1])
-
-
-def test_lm_eval_humaneval_def_line_and_body_164_of_164():
+def test_lm_eval_humaneval_def_line_and_body_164_of_164(load_script):
+    style = load_script("scoring_modes").HUMANEVAL_STYLES["def line + body, python fence"]  # docs/tasks.md's row
     task = get_task("humaneval", timeout_s=30)
     docs = task.docs()
-    answers = [f"```python\n{def_line(d['prompt'], d['entry_point'])}\n{d['canonical_solution']}```" for d in docs]
+    answers = [style(d) for d in docs]
     scores = task.score_many(answers, docs, workers=WORKERS)
     assert [d["sample_id"] for d, s in zip(docs, scores) if not s.correct] == []
     paper = get_task("humaneval", scoring="paper", timeout_s=30)

@@ -1,5 +1,6 @@
 """The shipped tiny checkpoints load through load_model and solve held-out puzzles with the decoding engine."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from dllm_bench.models import load_model
 from dllm_bench.tasks.chat import render_prompt
 from dllm_bench.tasks.sudoku import SudokuTask
 from dllm_bench.tiny.encoding import DEFAULT_GEN_LENGTH, encode_batch
+from dllm_bench.tiny.evaluate import decode_settings, evaluate_setting
 
 CHECKPOINTS = Path(__file__).resolve().parents[2] / "dllm_bench" / "tiny" / "checkpoints"
 N = 16
@@ -94,3 +96,28 @@ def test_committing_the_whole_block_at_once_breaks_most_grids(shipped):
     out = generate(model, prompts, torch.ones_like(prompts), DecodeSpec(decoding))
     texts = tok.batch_decode(out.tokens, skip_special_tokens=False)
     assert sum(task.score(t, d).correct for t, d in zip(texts, docs)) <= N // 4, texts
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flavour, block, label, cache", [
+    ("dream", 8, "threshold 0.9", "dual"),   # the rows a Dream cache fix moves
+    ("dream", 24, "Fréchet 0.25", "dual"),
+    ("llada", 8, "sequential (top-1, one token per step)", "dual"),  # moved by one forward in 500 (1 Dec)
+    ("llada", 24, "threshold 0.9", "none"),
+])
+def test_model_card_rows_equal_a_fresh_evaluation(flavour, block, label, cache):
+    # the card is rendered from these JSONs; a decoding change that moves them needs the cards regenerated
+    directory = CHECKPOINTS / f"tiny_{flavour}"
+    doc = json.loads((directory / f"eval_results_gen{DEFAULT_GEN_LENGTH}_block{block}.json").read_text())
+    recorded = next(r for r in doc["results"] if r["label"] == label and r["cache"] == cache)
+    setting = next(s for s in decode_settings(doc["gen_length"], block) if s.label == label)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(doc["threads"])
+    try:
+        model = load_model(directory, device="cpu", dtype="float32")
+        fresh = evaluate_setting(model, SudokuTask(limit=doc["puzzles"]).docs(), setting, cache,
+                                 gen_length=doc["gen_length"], block_length=block, batch_size=doc["batch_size"])
+    finally:
+        torch.set_num_threads(threads)
+    keys = ("n", "accuracy", "valid_grid", "mean_nfe", "tokens_per_forward")
+    assert {k: fresh[k] for k in keys} == {k: recorded[k] for k in keys}

@@ -1,0 +1,36 @@
+"""Random-weight networks at a given architecture: the benchmark scripts' stand-in for a checkpoint.
+
+One builder for ``scripts/bench.py`` and ``scripts/gpu_check.py``, so both time the same kind of network and a
+seed always gives the same weights (``tests/fixtures/speed_tokens.json`` pins the bench's real-vocabulary ones).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .config import ModelConfig
+from .network import DiffusionLM
+
+
+def random_network(raw: dict[str, Any], name: str, device: torch.device, dtype: torch.dtype,
+                   seed: int = 0) -> DiffusionLM:
+    """``DiffusionLM`` for the HF-style config ``raw``: matrices N(0, 0.02), norm weights 1, biases 0.
+
+    Built on ``device`` after ``torch.manual_seed(seed)``: the weights depend only on config, seed, device
+    and dtype.
+    """
+    cfg = ModelConfig.from_hf_config(raw, name_or_path=name)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = DiffusionLM(cfg).to(dtype)
+    with torch.no_grad():
+        for param_name, p in model.named_parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 0.02)
+            elif param_name.endswith("bias"):
+                p.zero_()
+            else:
+                p.fill_(1.0)
+    return model.eval()
