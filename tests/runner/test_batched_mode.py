@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import csv
-import multiprocessing as mp
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -28,17 +26,6 @@ def run_dir(out: Path, name: str) -> Path:
     return d
 
 
-def _rank_main(cfg, rank: int, port: int) -> None:
-    """What torchrun sets up for each of two processes, then the ordinary run."""
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port))
-    execute(cfg)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class CountingEngine(Engine):
@@ -129,18 +116,11 @@ def test_resume_keeps_every_decoded_row(compose_cfg, llada_overrides, tmp_path):
 
 
 @pytest.mark.slow
-def test_two_gloo_processes_share_the_timing_pass(compose_cfg, llada_overrides, tmp_path):
+def test_two_gloo_processes_share_the_timing_pass(compose_cfg, llada_overrides, tmp_path, two_ranks):
     common = [*llada_overrides, "limit=7", "batch_size=2", "warmup=0", "timing_docs=5"]
     single = execute(compose_cfg(*common, "name=single"))
     cfg = compose_cfg(*common, "name=parallel")
-    port = _free_port()
-    ctx = mp.get_context("fork")
-    procs = [ctx.Process(target=_rank_main, args=(cfg, rank, port)) for rank in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=300)
-    assert [p.exitcode for p in procs] == [0, 0]
+    two_ranks(cfg)
     d = run_dir(tmp_path / "results", "parallel")
     assert sorted(p.name for p in d.iterdir()) == ["run.json", "samples.jsonl", "timing.jsonl"]
     timed = read_jsonl(d / "timing.jsonl")

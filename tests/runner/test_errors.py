@@ -18,20 +18,6 @@ from dllm_bench.run import main
 SUDOKU = Path(__file__).resolve().parents[2] / "dllm_bench" / "tasks" / "sudoku_data" / "sudoku_test.jsonl"
 
 
-def run_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, list[str]]:
-    """`dllm-bench <argv>` through the console script's entry point: (exit status, stderr lines)."""
-    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
-    monkeypatch.delenv("DLLM_BENCH_TRACEBACK", raising=False)
-    monkeypatch.setattr(sys, "argv", ["dllm-bench", *argv])
-    capsys.readouterr()
-    try:
-        with pytest.raises(SystemExit) as exit_info:
-            main()
-    finally:
-        GlobalHydra.instance().clear()
-    return exit_info.value.code, capsys.readouterr().err.strip().splitlines()
-
-
 def run_folders(results: Path) -> list[Path]:
     """Every folder under results except Hydra's own logs."""
     return [p for p in results.rglob("*") if p.is_dir() and ".hydra" not in p.parts]
@@ -50,16 +36,16 @@ def base(llada_overrides: list[str]) -> list[str]:
     return [*llada_overrides, "name=errs", "limit=2", "batch_size=2", "warmup=0"]
 
 
-def test_malformed_data_line(monkeypatch, capsys, base, tmp_path):
+def test_malformed_data_line(base, tmp_path, run_cli):
     data = tmp_path / "bad.jsonl"
     data.write_text("".join(SUDOKU.read_text().splitlines(keepends=True)[:3]) + '{"broken\n')
-    code, lines = run_main(monkeypatch, capsys, *base, f"task.data_files={data}")
+    code, lines = run_cli(*base, f"task.data_files={data}")
     assert_one_line(code, lines, f"{data}: line 4 is not valid JSON")
     assert run_folders(tmp_path / "results") == []
 
 
 @pytest.mark.parametrize("damage", ["truncated", "mis-shaped"])
-def test_damaged_weights(monkeypatch, capsys, base, tmp_path, tiny_llada_dir, damage):
+def test_damaged_weights(base, tmp_path, tiny_llada_dir, damage, run_cli):
     ckpt = tmp_path / "ckpt"
     shutil.copytree(tiny_llada_dir, ckpt)
     if damage == "truncated":
@@ -72,24 +58,24 @@ def test_damaged_weights(monkeypatch, capsys, base, tmp_path, tiny_llada_dir, da
         config["d_model"] *= 2
         (ckpt / "config.json").write_text(json.dumps(config))
         needle = "has shape"
-    code, lines = run_main(monkeypatch, capsys, *base, f"model.name_or_path={ckpt}")
+    code, lines = run_cli(*base, f"model.name_or_path={ckpt}")
     assert_one_line(code, lines, needle, str(ckpt))
     assert run_folders(tmp_path / "results") == []
 
 
-def test_hub_id_without_network(monkeypatch, capsys, base, tmp_path):
+def test_hub_id_without_network(monkeypatch, base, tmp_path, run_cli):
     import huggingface_hub.constants
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
-    code, lines = run_main(monkeypatch, capsys, *base, "model.name_or_path=nobody-here/no-such-model")
+    code, lines = run_cli(*base, "model.name_or_path=nobody-here/no-such-model")
     assert_one_line(code, lines, "'nobody-here/no-such-model' is neither a local directory nor a downloadable hub")
     assert run_folders(tmp_path / "results") == []
 
 
-def test_read_only_results_dir(monkeypatch, capsys, base, tmp_path):
+def test_read_only_results_dir(monkeypatch, base, tmp_path, run_cli):
     results = tmp_path / "results"
     results.mkdir()
     results.chmod(0o555)
@@ -99,7 +85,7 @@ def test_read_only_results_dir(monkeypatch, capsys, base, tmp_path):
                             str(p).startswith(str(results)) else real(p, mode, **kw))
         monkeypatch.setattr(Path, "mkdir", _mkdir_denied_under(results))
     try:
-        code, lines = run_main(monkeypatch, capsys, *base, f"hydra.run.dir={tmp_path / 'hydra'}")
+        code, lines = run_cli(*base, f"hydra.run.dir={tmp_path / 'hydra'}")
     finally:
         results.chmod(0o755)
     assert_one_line(code, lines, "Permission denied", str(results))
@@ -136,13 +122,13 @@ class _FullDisk:
         self.handle.close()
 
 
-def test_full_disk(monkeypatch, capsys, base, tmp_path):
+def test_full_disk(monkeypatch, base, tmp_path, run_cli):
     def full_open(path, mode="r", *args, **kwargs):
         handle = open(path, mode, *args, **kwargs)
         return _FullDisk(handle) if "samples" in str(path) and mode in ("a", "w") else handle
 
     monkeypatch.setattr(store_module, "open", full_open, raising=False)
-    code, lines = run_main(monkeypatch, capsys, *base)
+    code, lines = run_cli(*base)
     assert_one_line(code, lines, "No space left on device", "samples.jsonl")
     assert run_folders(tmp_path / "results") == []
 
@@ -164,14 +150,14 @@ def test_traceback_on_request(monkeypatch, capsys, base, tmp_path):
     (["offset=500"], "offset=500, limit=2 select no documents: task 'sudoku' has 500"),
     (["limit=0"], "offset=0, limit=0 select no documents: task 'sudoku' has 500"),
 ])
-def test_empty_selection_refused(monkeypatch, capsys, base, tmp_path, selection, needle):
-    code, lines = run_main(monkeypatch, capsys, *base, *selection)
+def test_empty_selection_refused(base, tmp_path, selection, needle, run_cli):
+    code, lines = run_cli(*base, *selection)
     assert_one_line(code, lines, needle)
     assert not (tmp_path / "results" / "errs").exists()
 
 
-def test_hydra_errors_are_one_line(monkeypatch, capsys, base):
-    code, lines = run_main(monkeypatch, capsys, *base, "rule=bogus")
+def test_hydra_errors_are_one_line(base, run_cli):
+    code, lines = run_cli(*base, "rule=bogus")
     assert_one_line(code, lines, "Could not find 'rule/bogus'", "frechet")
 
 

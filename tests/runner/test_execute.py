@@ -7,7 +7,6 @@ import json
 import multiprocessing as mp
 import os
 import signal
-import socket
 import time
 from pathlib import Path
 
@@ -98,32 +97,14 @@ def test_fixed_and_oracle_rules_run(compose_cfg, llada_overrides, rule):
         assert row["nfe_mean"] == 24
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
-def _rank_main(cfg, rank: int, port: int) -> None:
-    """What torchrun / accelerate launch set up for each process, then the ordinary run."""
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port))
-    execute(cfg)
-
-
-def test_two_gloo_processes_equal_one_process(compose_cfg, llada_overrides, tmp_path):
+def test_two_gloo_processes_equal_one_process(compose_cfg, llada_overrides, tmp_path, two_ranks):
     common = [*llada_overrides, "limit=7", "batch_size=2", "rule=factor", "rule.f=1.0", "cache=prefix",
               "warmup=0"]
     single = execute(compose_cfg(*common, "name=single"))
     cfg = compose_cfg(*common, "name=parallel")
-    port = _free_port()
-    ctx = mp.get_context("fork")
-    procs = [ctx.Process(target=_rank_main, args=(cfg, rank, port)) for rank in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=300)
-    assert [p.exitcode for p in procs] == [0, 0]
+    two_ranks(cfg)
     d = run_dir(tmp_path / "results", "parallel")
     assert d.name == single["run_id"]
     assert sorted(p.name for p in d.iterdir()) == ["run.json", "samples.jsonl"]

@@ -3,10 +3,7 @@ the spec refuses stops the run before any weights load."""
 
 from __future__ import annotations
 
-import sys
-
 import pytest
-from hydra.core.global_hydra import GlobalHydra
 
 import dllm_bench.runner.engine as engine_module
 from dllm_bench.decoding import Accounting, DecodeSpec, Decoding, Sampling
@@ -21,7 +18,6 @@ from dllm_bench.decoding.config import (
     ThresholdSelector,
     TopKSelector,
 )
-from dllm_bench.run import main
 from dllm_bench.runner.components import build_spec
 from dllm_bench.runner.engine import DecodingEngine
 from dllm_bench.runner.sharding import DistContext
@@ -73,22 +69,12 @@ def test_the_oracle_run_decodes_against_its_sequential_reference_spec(run_config
     assert 1 <= gen.nfe <= 16
 
 
-def test_a_combination_the_spec_refuses_stops_the_run_before_the_model_loads(monkeypatch, capsys, tmp_path):
+def test_a_combination_the_spec_refuses_stops_the_run_before_the_model_loads(monkeypatch, tmp_path, run_cli):
     def no_load(*args, **kwargs):
         raise AssertionError("the model was loaded although the config is invalid")
 
     monkeypatch.setattr(engine_module, "load_cached_model", no_load)
-    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
-    monkeypatch.delenv("DLLM_BENCH_TRACEBACK", raising=False)
-    monkeypatch.setattr(sys, "argv", ["dllm-bench", f"output_dir={tmp_path}", "policy=slowfast_paper", "cache=dual",
-                                      "policy.truncate_fast=true"])
-    capsys.readouterr()
-    try:
-        with pytest.raises(SystemExit) as exit_info:
-            main()
-    finally:
-        GlobalHydra.instance().clear()
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert exit_info.value.code == 2
+    code, lines = run_cli(f"output_dir={tmp_path}", "policy=slowfast_paper", "cache=dual", "policy.truncate_fast=true")
+    assert code == 2
     assert lines == ["dllm-bench: config error: policy=slowfast, rule=none, cache=dual: slowfast truncate_fast "
                      "(published fast phase) runs without a cache or with 'dllm', got 'dual'"]
