@@ -4,11 +4,11 @@ The published LLaDA code takes a float64 softmax over the whole canvas and vocab
 logits of the candidates ([N, V], N = masked positions in the window) are gathered first, and for the usual
 case (top-1 probability, greedy, a confidence dtype at least as precise as the logits) the choice is a max
 over the logits themselves and the confidence exp(l_x0 - l_max) / sum(exp(l - l_max)) from one copy in the
-confidence dtype: at a 126k vocabulary the float64 cast, a second copy for
-forbidden ids and the full softmax cost up to a fifth of the LM head. The max and its index come in two
-levels (:func:`row_max`), not from ``max(dim)``, which does not vectorise on the CPU. Any other
-case takes the direct route (cast, mask, softmax). The mask token is never chosen but stays in the softmax
-denominator, as in the published code (``unchosen_token_ids``).
+confidence dtype: at a 126k vocabulary the float64 cast, a second copy for forbidden ids and the full softmax
+cost up to a fifth of the LM head. The max and its index come in two levels (:func:`row_max`), not from
+``max(dim)``, which does not vectorise on the CPU. Any other case takes the direct route (cast, mask,
+softmax). The mask token is never chosen but stays in the softmax denominator, as in the published code
+(``unchosen_token_ids``).
 """
 
 from __future__ import annotations

@@ -254,3 +254,17 @@ def test_oracle_batched_equals_alone(llada, cache):
         alone = run(llada, [prompt], selector=("oracle", {}), cache=CACHES[cache], reference=reference[i : i + 1])
         assert batched.tokens[i].tolist() == alone.tokens[0].tolist()
         assert batched.records[i].nfe == alone.records[0].nfe
+
+
+def test_candidate_rows_equal_boolean_indexing_for_views_and_cut_windows():
+    from dllm_bench.decoding.confidence import Workspace
+    from dllm_bench.decoding.engine import _candidate_rows
+
+    g = torch.Generator().manual_seed(0)
+    full = torch.randn(3, 10, 7, generator=g)
+    cand = torch.rand(3, 4, generator=g) > 0.4
+    for window in (full[:, 3:7], full[:1, 3:7], full[:, :4].contiguous()):  # cut rows of a batch, batch 1, a view
+        c = cand[: window.shape[0]]
+        assert c.any()
+        where = c.reshape(-1).nonzero().squeeze(1)
+        assert torch.equal(_candidate_rows(window, where, Workspace()), window[c])
