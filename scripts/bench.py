@@ -27,8 +27,7 @@ from dllm_bench.decoding.selectors import (
     threshold_commit_mask,
     topk_commit_mask,
 )
-from dllm_bench.models import DiffusionLM, FeatureCache, KVCache, ModelConfig
-from dllm_bench.models.network import store_linear_weights_transposed
+from dllm_bench.models import DiffusionLM, FeatureCache, KVCache, ModelConfig, network
 from dllm_bench.models.random_weights import random_network
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,7 +41,8 @@ SHAPES = {
 }
 
 
-WEIGHT_LAYOUTS = ("loaded", "checkpoint")
+LINEAR_PRODUCTS = ("auto", "f_linear")
+DEFAULT_WX_MIN_ROWS = network.WX_MIN_ROWS
 
 
 def sync(device: torch.device) -> None:
@@ -50,28 +50,30 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def build_model(shape: str, device: torch.device, dtype: torch.dtype, weight_layout: str = "loaded") -> DiffusionLM:
-    """Random-weight LLaDA-shaped network (real 8B config keys, sizes from ``SHAPES``); ``weight_layout``
-    'loaded' = what ``load_model`` gives on this device (Linear weights stored transposed on the CPU),
-    'checkpoint' = the checkpoint's own row-major layout."""
+def use_linear_product(name: str) -> None:
+    """'auto': the network's Linear (W @ x.T from ``network.WX_MIN_ROWS`` rows on the CPU); 'f_linear':
+    F.linear for every product, the A/B baseline (same bits from 12 rows up, tests/models/test_linear.py)."""
+    if name not in LINEAR_PRODUCTS:
+        raise ValueError(f"linear product {name!r} is not one of {LINEAR_PRODUCTS}")
+    network.WX_MIN_ROWS = DEFAULT_WX_MIN_ROWS if name == "auto" else 2**62
+
+
+def build_model(shape: str, device: torch.device, dtype: torch.dtype) -> DiffusionLM:
+    """Random-weight LLaDA-shaped network (real 8B config keys, sizes from ``SHAPES``)."""
     raw = json.loads(LLADA_CONFIG.read_text())
     sizes = SHAPES[shape]
     vocab = sizes["embedding_size"]
     raw.update(sizes, vocab_size=vocab)
     if vocab < 126464:  # keep the special ids inside a smaller vocabulary
         raw.update(mask_token_id=vocab - 1, eos_token_id=vocab - 2, pad_token_id=vocab - 2, bos_token_id=vocab - 3)
-    if weight_layout not in WEIGHT_LAYOUTS:
-        raise ValueError(f"weight_layout {weight_layout!r} is not one of {WEIGHT_LAYOUTS}")
-    model = random_network(raw, f"random-{shape}", device, dtype)
-    if weight_layout == "loaded" and device.type == "cpu":
-        store_linear_weights_transposed(model)
-    return model
+    return random_network(raw, f"random-{shape}", device, dtype)
 
 
 class TimedNetwork:
     """Wraps the network to time every forward (synchronised) and remember its shape."""
 
     accepts_logits_range = True
+    accepts_logits_at = True
 
     def __init__(self, model: DiffusionLM):
         self.model, self.config = model, model.config
@@ -84,13 +86,16 @@ class TimedNetwork:
         sync(input_ids.device)
         mask = kwargs.get("attention_mask")
         keys = mask.shape[1] if mask is not None else input_ids.shape[1]
-        self.forwards.append((input_ids.shape[1], keys, out.shape[1], time.perf_counter() - t))
+        head = out.shape[1]
+        if out.dim() == 2:  # logits_at: [n, V], the head ran on n rows padded to head_min_rows
+            head = max(out.shape[0], self.model.head_min_rows) if out.shape[0] else 0
+        self.forwards.append((input_ids.shape[1], keys, head, time.perf_counter() - t))
         return out
 
 
 def layer_flops(cfg: ModelConfig, queries: int, keys: int, head: int | None = None) -> float:
     """Multiply-add FLOPs of one forward: ``queries`` positions attending over ``keys`` keys, the LM head on
-    ``head`` positions (default: every query; the engine runs it on the candidates' window only)."""
+    ``head`` positions (default: every query; the engine runs it on the candidates only)."""
     d, hd = cfg.d_model, cfg.d_model // cfg.n_heads
     kv = cfg.n_kv_heads * hd
     proj = 2 * queries * (d * d * 2 + d * kv * 2)  # q, o and k, v
@@ -292,9 +297,9 @@ def main() -> None:
     ap.add_argument("--skip-vocab", action="store_true", help="leave out the real-vocabulary shape")
     ap.add_argument("--selectors-only", action="store_true", help="only the selector-cost table")
     ap.add_argument("--budget-s", type=float, default=280.0, help="stop the latency sweep after this long")
-    ap.add_argument("--weight-layout", default="loaded", choices=WEIGHT_LAYOUTS,
-                    help="loaded: as load_model stores them on this device (transposed on the CPU); "
-                         "checkpoint: row-major, as in the checkpoint")
+    ap.add_argument("--linear-product", default="auto", choices=LINEAR_PRODUCTS,
+                    help="auto: the network's Linear (W @ x.T from 16 rows on the CPU); f_linear: F.linear "
+                         "everywhere (the A/B baseline)")
     args = ap.parse_args()
     device = torch.device(args.device)
     torch.set_num_threads(args.threads)
@@ -306,7 +311,7 @@ def main() -> None:
     tag = f"{device.type}_{shape}"
     meta = dict(device=str(torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"),
                 threads=args.threads, torch=torch.__version__, dtype=str(dtype).replace("torch.", ""),
-                weight_layout=args.weight_layout, load_average_1m=round(os.getloadavg()[0], 2))
+                linear_product=args.linear_product, load_average_1m=round(os.getloadavg()[0], 2))
 
     sel = bench_selectors(repeats=20)
     for k, v in meta.items():
@@ -316,7 +321,8 @@ def main() -> None:
     if args.selectors_only:
         return
 
-    model = build_model(shape, device, dtype, args.weight_layout)
+    use_linear_product(args.linear_product)
+    model = build_model(shape, device, dtype)
     if device.type == "cpu":
         prompt = args.prompt or 256
         steps = (args.answer // args.block) * 4
@@ -325,7 +331,7 @@ def main() -> None:
         write(gen, f"cache_steps_{tag}.csv", shape, meta, out)
         if not args.skip_vocab:
             del model
-            vocab = build_model("cpu-vocab", device, dtype, args.weight_layout)
+            vocab = build_model("cpu-vocab", device, dtype)
             with torch.no_grad():
                 steps = bench_vocab(vocab, args.vocab_prompt, args.vocab_answer, args.block, ("none", "prefix", "dual"))
             write(steps, f"cache_steps_{device.type}_cpu-vocab.csv", "cpu-vocab", meta, out)

@@ -3,9 +3,10 @@
 The published LLaDA code takes a float64 softmax over the whole canvas and vocabulary every step; here the
 logits of the candidates ([N, V], N = masked positions in the window) are gathered first, and for the usual
 case (top-1 probability, greedy, a confidence dtype at least as precise as the logits) the choice is a max
-over the logits themselves and the confidence exp(l_x0 - l_max) / sum(exp(l - l_max)) from one copy in the
-confidence dtype: at a 126k vocabulary the float64 cast, a second copy for forbidden ids and the full softmax
-cost up to a fifth of the LM head. The max and its index come in two levels (:func:`row_max`), not from
+over the logits themselves and the confidence exp(l_x0) / sum(exp(l)) from one copy in the confidence dtype
+(in float64 no shift by the max is needed for logits within +-600; float32 and extreme logits subtract it): at
+a 126k vocabulary the float64 cast, a second copy for forbidden ids and the full softmax cost up to a fifth of
+the LM head. The max and its index come in two levels (:func:`row_max`), not from
 ``max(dim)``, which does not vectorise on the CPU. Any other case takes the direct route (cast, mask,
 softmax). The mask token is never chosen but stays in the softmax denominator, as in the published code
 (``unchosen_token_ids``).
@@ -108,24 +109,31 @@ def allowed_max(logits: torch.Tensor, excluded: Sequence[int]) -> tuple[torch.Te
     return values, index, overall
 
 
+# In float64, exp(l) / sum(exp(l)) needs no shift by the max while every row's max lies in this range: no term
+# overflows (126k * e^690 < e^709) and the terms that underflow weigh under e^-100 of the largest.
+_UNSHIFTED_MIN, _UNSHIFTED_MAX = -600.0, 690.0
+
+
 def _fast_top1(logits: torch.Tensor, dtype: torch.dtype, forbidden: list[int], kept: list[int],
                workspace: Workspace | None) -> tuple[torch.Tensor, torch.Tensor]:
     """x0 (never forbidden or kept) and its softmax probability over every id but the forbidden ones, in
-    ``dtype``: one max, one copy, one exp, one sum."""
+    ``dtype``: one max, one copy, one exp, one sum (and a shift by the max in float32, or for extreme logits)."""
     top, x0, overall = allowed_max(logits, forbidden + kept)
     if not forbidden:
         shift = overall  # the denominator's max: every id takes part
     else:
         shift = torch.maximum(top, logits[:, kept].amax(dim=-1)) if kept else top
-    # cast, then subtract in place: a promoting torch.sub(float32, float64) takes an unvectorised loop, ~20x slower
     if workspace is None:
-        shifted = logits.to(dtype, copy=True)
+        weights = logits.to(dtype, copy=True)
     else:
-        shifted = workspace.take("shifted", *logits.shape, dtype, logits.device).copy_(logits)
-    shifted.sub_(shift.to(dtype).unsqueeze(1)).exp_()
+        weights = workspace.take("exp", *logits.shape, dtype, logits.device).copy_(logits)
+    if dtype != torch.float64 or bool(((shift < _UNSHIFTED_MIN) | (shift > _UNSHIFTED_MAX)).any()):
+        # cast, then subtract in place: a promoting torch.sub(float32, float64) takes an unvectorised loop
+        weights.sub_(shift.to(dtype).unsqueeze(1))
+    weights.exp_()
     if forbidden:
-        shifted[:, forbidden] = 0.0
-    return x0, shifted.gather(1, x0.unsqueeze(1)).squeeze(1) / shifted.sum(dim=-1)
+        weights[:, forbidden] = 0.0
+    return x0, weights.gather(1, x0.unsqueeze(1)).squeeze(1) / weights.sum(dim=-1)
 
 
 def candidate_predictions(

@@ -141,7 +141,7 @@ def generate(
             cand = masked & (j >= lo.unsqueeze(1)) & (j < hi.unsqueeze(1)) & active.unsqueeze(1)
             block_lo, block_hi = policy.block(state)
             limit = policy.canvas_limit(state) if hasattr(policy, "canvas_limit") else None
-            results = runner.run(x, rows, block_lo, block_hi, limit)
+            results = runner.run(x, rows, block_lo, block_hi, limit, cand)
             if dtype is None:
                 dtype = resolve_precision(confidence_precision, results[0].logits.dtype)
             conf = torch.full((B, G), float("-inf"), dtype=dtype, device=device)
@@ -211,25 +211,31 @@ def _check_no_mask(tokens: torch.Tensor, mask_id: int, policy: Policy, selector:
 def _fill_predictions(res: ForwardResult, cand, conf, pred, P: int, G: int, measure: str, dtype,
                       temperature: float, forbidden, unchosen, generators, workspace: Workspace) -> None:
     """Confidence and x0 at the candidates of ``res.rows`` from that forward's logits (in place)."""
-    a0 = max(res.start - P, 0)
-    a1 = min(res.start + res.logits.shape[1] - P, G)
     rows = res.rows
     sub_cand = cand.index_select(0, rows)
-    inside = sub_cand[:, a0:a1]
-    counts = inside.sum(dim=1).tolist()
+    if res.at is not None:  # the logits are the candidates' own rows, in batch order
+        local, j = res.at
+        counts = torch.bincount(local, minlength=rows.numel()).tolist()
+        flat = res.logits
+        target = rows.index_select(0, local) * G + j
+    else:
+        a0 = max(res.start - P, 0)
+        a1 = min(res.start + res.logits.shape[1] - P, G)
+        inside = sub_cand[:, a0:a1]
+        counts = inside.sum(dim=1).tolist()
+        w = a1 - a0
+        where = inside.reshape(-1).nonzero().squeeze(1)  # candidates in batch order, as flat [b, w] indices
+        target = rows.index_select(0, where // w) * G + a0 + where % w  # the same candidates in [B, G]
     if sum(counts) != int(sub_cand.sum()):
         raise RuntimeError("a candidate lies outside the positions this forward computed (engine bug)")
     if sum(counts) == 0:
         return
-    logits = res.logits[:, P + a0 - res.start: P + a1 - res.start]
-    where = inside.reshape(-1).nonzero().squeeze(1)  # candidates in batch order, as flat [b, w] indices
-    flat = _candidate_rows(logits, where, workspace)
+    if res.at is None:
+        flat = _candidate_rows(res.logits[:, P + a0 - res.start: P + a1 - res.start], where, workspace)
     gens = [generators[int(r)] for r in rows] if generators is not None else None
     x0, c = candidate_predictions(flat, counts, measure=measure, dtype=dtype, temperature=temperature,
                                   forbidden_token_ids=forbidden, unchosen_token_ids=unchosen, generators=gens,
                                   workspace=workspace)
-    w = a1 - a0
-    target = rows.index_select(0, where // w) * G + a0 + where % w  # the same candidates in [B, G]
     conf.view(-1).index_copy_(0, target, c.to(conf.dtype))
     pred.view(-1).index_copy_(0, target, x0.to(pred.dtype))
 

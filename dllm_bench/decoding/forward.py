@@ -18,14 +18,16 @@ from dllm_bench.decoding.config import Cache, DLLMCache, DualCache, NoCache, Pre
 
 @dataclass
 class ForwardResult:
-    """Logits for rows ``rows`` over canvas positions [start, start + logits.shape[1]), and the query positions
-    the network computed for each row (its real prompt tokens, never left padding)."""
+    """Logits for rows ``rows`` over canvas positions [start, start + logits.shape[1]), or, with ``at``, at the
+    candidates only; and the query positions the network computed for each row (its real prompt tokens, never
+    left padding)."""
 
     rows: torch.Tensor  # [b] global row indices
-    logits: torch.Tensor  # [b, e - s, V]
+    logits: torch.Tensor  # [b, e - s, V], or [n, V] at the pairs of ``at``
     start: int
     refresh: bool
     positions: torch.Tensor  # [b] long, on the CPU
+    at: tuple[torch.Tensor, torch.Tensor] | None = None  # (index into rows [n], answer position [n]), batch order
 
 
 def take_rows(value, rows: torch.Tensor, batch: int):
@@ -65,21 +67,33 @@ class ForwardRunner:
         self.prompt_real = attention_mask[:, :prompt_length].sum(dim=1).long().cpu()  # real prompt ids per row
         # Dream's shifted logits: a span starting inside the canvas also computes the position before it
         self.shift = int(bool(getattr(getattr(model, "config", None), "shift_logits", False)))
-        # our networks can run the LM head on the candidates' window only (a large saving at 126k-152k vocab)
+        # our networks can run the LM head on the candidates only, or on their window (a large saving at a
+        # 126k-152k vocabulary)
+        self.head_at = bool(getattr(model, "accepts_logits_at", False))
         self.head_range = bool(getattr(model, "accepts_logits_range", False))
         self.window: tuple[int, int] | None = None
+        self.candidates: torch.Tensor | None = None
 
     def _call(self, x: torch.Tensor, rows: torch.Tensor, cache=None, start: int = 0, end: int | None = None,
-              window: tuple[int, int] | None = None, cut: bool = False) -> tuple[torch.Tensor, int]:
-        """Logits of ``rows`` and the canvas position of their first column. With ``window`` (canvas positions
-        holding every candidate) a model that supports it computes the LM head only there. ``cut`` (or no
-        cache) makes ``end`` the canvas length the network sees (SlowFast's truncated fast phase)."""
+              window: tuple[int, int] | None = None, cut: bool = False
+              ) -> tuple[torch.Tensor, int, tuple[torch.Tensor, torch.Tensor] | None]:
+        """Logits of ``rows``, the canvas position of their first column, and the candidates they hold when the
+        model computes the LM head at the candidates only (``self.candidates`` inside [start, end)); otherwise
+        with ``window`` (canvas positions holding every candidate) a model that supports it computes the LM
+        head only there. ``cut`` (or no cache) makes ``end`` the canvas length the network sees (SlowFast's
+        truncated fast phase)."""
         kwargs = _slice_kwargs(self.model_kwargs, rows, self.batch)
         mask = self.mask.index_select(0, rows)
         end = x.shape[1] if end is None else end
         inp = x.index_select(0, rows)
-        first = start
-        if window is not None and self.head_range:
+        first, at = start, None
+        if self.head_at and self.candidates is not None:
+            sub = self.candidates.index_select(0, rows)
+            sub[:, : max(start - self.P, 0)] = False
+            sub[:, max(end - self.P, 0):] = False
+            at = sub.nonzero(as_tuple=True)
+            kwargs["logits_at"] = (at[0], at[1] + self.P)
+        elif window is not None and self.head_range:
             lo, hi = max(window[0], start), min(window[1], end)
             if lo < hi:
                 kwargs["logits_range"] = (lo, hi)
@@ -88,11 +102,11 @@ class ForwardRunner:
             inp, mask = inp[:, :end], mask[:, :end]
         if cache is None:
             if self.cfg_scale > 0:
-                return self._cfg_call(inp, mask, kwargs), first
-            return self.model(inp, attention_mask=mask, **kwargs), first
+                return self._cfg_call(inp, mask, kwargs), first, at
+            return self.model(inp, attention_mask=mask, **kwargs), first, at
         if start == 0 and (cut or end == x.shape[1]):
-            return self.model(inp, attention_mask=mask, cache=cache, **kwargs), first
-        return self.model(inp[:, start:end], attention_mask=mask, cache=cache, start=start, **kwargs), first
+            return self.model(inp, attention_mask=mask, cache=cache, **kwargs), first, at
+        return self.model(inp[:, start:end], attention_mask=mask, cache=cache, start=start, **kwargs), first, at
 
     def _cfg_call(self, inp: torch.Tensor, mask: torch.Tensor, kwargs: dict) -> torch.Tensor:
         """LLaDA classifier-free guidance: un + (cfg + 1)(cond - un), prompt masked in the unconditional copy."""
@@ -102,19 +116,25 @@ class ForwardRunner:
         un[prompt] = self.mask_token_id
         both = {k: torch.cat([v, v]) if isinstance(v, torch.Tensor) and v.shape[:1] == inp.shape[:1] else v
                 for k, v in kwargs.items()}
+        if "logits_at" in kwargs:  # the same pairs in the unconditional copy, rows b .. 2b - 1
+            at_rows, at_pos = kwargs["logits_at"]
+            both["logits_at"] = (torch.cat([at_rows, at_rows + inp.shape[0]]), torch.cat([at_pos, at_pos]))
         logits = self.model(torch.cat([inp, un]), attention_mask=torch.cat([mask, mask]), **both)
         cond, uncond = logits.chunk(2)
         return uncond + (self.cfg_scale + 1) * (cond - uncond)
 
     def run(self, x: torch.Tensor, rows: torch.Tensor, block_lo: torch.Tensor, block_hi: torch.Tensor,
-            canvas_limit: torch.Tensor | None) -> list[ForwardResult]:
-        """Forwards for active ``rows``; block bounds and canvas limits are answer coordinates per row."""
+            canvas_limit: torch.Tensor | None, candidates: torch.Tensor | None = None) -> list[ForwardResult]:
+        """Forwards for active ``rows``; block bounds and canvas limits are answer coordinates per row;
+        ``candidates`` [B, G] (the positions whose logits the step reads) lets a model that supports it run the
+        LM head there only."""
         self.window = (self.P + int(block_lo[rows].min()), self.P + int(block_hi[rows].max()))
+        self.candidates = candidates
         if isinstance(self.cache, NoCache):
             out = []
             for group, lim in self._limit_groups(rows, canvas_limit, x.shape[1] - self.P):
-                logits, first = self._call(x, group, end=self.P + lim, window=self.window)
-                out.append(ForwardResult(group, logits, first, True, self._prompt(group) + lim))
+                logits, first, at = self._call(x, group, end=self.P + lim, window=self.window)
+                out.append(ForwardResult(group, logits, first, True, self._prompt(group) + lim, at))
             return out
         if isinstance(self.cache, DLLMCache):
             return self._run_dllm(x, rows, canvas_limit)
@@ -166,11 +186,11 @@ class ForwardRunner:
         for group, lim in groups:
             # rows cut at different lengths share the cache but run as separate forwards over their own rows
             fc.select_rows(None if len(groups) == 1 else torch.searchsorted(cohort.rows, group))
-            logits, first = self._call(x, group, cache=fc, end=self.P + lim, window=self.window, cut=True)
+            logits, first, at = self._call(x, group, cache=fc, end=self.P + lim, window=self.window, cut=True)
             verified = fc.verified_count(lim)
             prompt = self._prompt(group) if refresh_prompt else self._count(group, 0)
             response = lim if refresh_response else verified
-            out.append(ForwardResult(group, logits, first, refresh_prompt and refresh_response, prompt + response))
+            out.append(ForwardResult(group, logits, first, refresh_prompt and refresh_response, prompt + response, at))
         fc.select_rows(None)
         return out
 
@@ -196,18 +216,18 @@ class ForwardRunner:
             needs_refresh[kept.rows] = False
             s = self.P + kept.block[0]
             e = T if isinstance(cfg, PrefixCache) else self.P + kept.block[1]
-            logits, first = self._call(x, kept.rows, cache=kept.cache, start=s, end=e, window=self.window)
+            logits, first, at = self._call(x, kept.rows, cache=kept.cache, start=s, end=e, window=self.window)
             kept.since_refresh += 1
             survivors.append(kept)
-            results.append(ForwardResult(kept.rows, logits, first, False, self._count(kept.rows, e - s + self.shift)))
+            results.append(ForwardResult(kept.rows, logits, first, False, self._count(kept.rows, e - s + self.shift), at))
         refresh_rows = needs_refresh.nonzero().squeeze(1)
         if refresh_rows.numel():
             keys = torch.stack([block_lo[refresh_rows], block_hi[refresh_rows]], dim=1)
             for key in torch.unique(keys, dim=0).tolist():
                 group = refresh_rows[(keys[:, 0] == key[0]) & (keys[:, 1] == key[1])]
                 kv = KVCache()
-                logits, first = self._call(x, group, cache=kv, window=self.window)
+                logits, first, at = self._call(x, group, cache=kv, window=self.window)
                 survivors.append(_Cohort(group, kv, (key[0], key[1]), 1))
-                results.append(ForwardResult(group, logits, first, True, self._prompt(group) + (T - self.P)))
+                results.append(ForwardResult(group, logits, first, True, self._prompt(group) + (T - self.P), at))
         self.cohorts = survivors
         return results

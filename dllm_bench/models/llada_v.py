@@ -39,7 +39,7 @@ from .image_processing import (
     shrunk_size,
     unpad_bounds,
 )
-from .network import DiffusionLM, store_linear_weights_transposed
+from .network import DiffusionLM
 
 IMAGE_TOKEN = "<image>"  # the placeholder text in prompts, as in LLaVA
 IMAGE_PLACEHOLDER_ID = -200  # LLaVA's IMAGE_TOKEN_INDEX: where one image goes in a prompt's token ids
@@ -211,6 +211,7 @@ class LLaDAV(nn.Module):
 
     accepts_images = True
     accepts_logits_range = True  # passed through to the language model
+    accepts_logits_at = True
 
     def __init__(self, config: ModelConfig, vision: VisionSettings) -> None:
         super().__init__()
@@ -492,8 +493,6 @@ def load_llada_v(
     validate_tensors(model, used)  # type: ignore[arg-type]
     model.load_state_dict(_read_tensors(used, device, dtype), strict=True, assign=True)
     model.vision_tower.reset_position_ids(device)
-    if torch.device(device).type == "cpu":
-        store_linear_weights_transposed(model)
     return model.eval()
 
 

@@ -25,7 +25,7 @@ from .checkpoint import (  # noqa: F401  (re-exported: the loading API)
     validate_tensors,
 )
 from .config import ModelConfig
-from .network import DiffusionLM, store_linear_weights_transposed
+from .network import DiffusionLM
 
 
 def load_model(
@@ -36,8 +36,7 @@ def load_model(
     instruct: bool | None = None,
     revision: str | None = None,
 ) -> DiffusionLM:
-    """Build the network from ``config.json`` and load its safetensors (bf16 on GPU, fp32 on CPU by default;
-    on the CPU the Linear weights are stored transposed, see :func:`store_linear_weights_transposed`).
+    """Build the network from ``config.json`` and load its safetensors (bf16 on GPU, fp32 on CPU by default).
 
     ``device="meta"`` builds the architecture only (no weights read). ``instruct`` overrides whether the chat
     template applies (default: the config/name says Instruct).
@@ -66,6 +65,4 @@ def load_model(
     validate_tensors(model, found)
     state = _read_tensors(found, device, dtype)
     model.load_state_dict(state, strict=True, assign=True)
-    if device.type == "cpu":
-        store_linear_weights_transposed(model)
     return model.eval()

@@ -140,6 +140,58 @@ class LayerContext:
         return self.cos.gather(2, gather), self.sin.gather(2, gather)
 
 
+# the CPU float32 product is taken as W @ x.T from this many rows, for weights of this many entries, in tiles of
+# this many output features for large weights (see Linear)
+WX_MIN_ROWS = 16
+WX_MIN_WEIGHTS = 512 * 512
+WX_TILE_ROWS = 4096
+
+
+class Linear(nn.Linear):
+    """``nn.Linear`` whose CPU float32 product at ``WX_MIN_ROWS``+ rows is taken as (W @ x.T).T.
+
+    MKL's GEMM is 1.2-2.2x faster with the rows as its short side: the 16-96 rows of a cached step, or an LM
+    head over a block; the rows are padded to a multiple of 8 (up to 2x faster than 31 rows), and a weight with
+    many output features (an LM head) goes in tiles of ``WX_TILE_ROWS`` that stay in cache, another 10-20 %
+    (docs/benchmarks.md). From 12 rows up this gives ``F.linear``'s bits
+    (tests/models/test_linear.py); below that the two orders round differently, so fewer rows keep
+    ``F.linear``, as do small weights (under 512 x 512), where the transposes cost more than the product saves.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+        weight, bias = self.weight, self.bias
+        if (rows < WX_MIN_ROWS or weight.numel() < WX_MIN_WEIGHTS or x.device.type != "cpu"
+                or x.dtype != torch.float32):
+            return F.linear(x, weight, bias)
+        x2 = x.reshape(rows, x.shape[-1])
+        padded = -(-rows // 8) * 8  # at other row counts MKL takes up to twice as long (31 rows vs 32)
+        if padded != rows:
+            x2 = torch.cat([x2, x2.new_zeros(padded - rows, x2.shape[1])])
+        xt = x2.contiguous().t()
+        features = weight.shape[0]
+        tile = WX_TILE_ROWS if features >= 2 * WX_TILE_ROWS else features
+        out = x.new_empty(features, padded)
+        for i in range(0, features, tile):
+            sl = slice(i, i + tile)
+            if bias is None:
+                torch.mm(weight[sl], xt, out=out[sl])
+            else:
+                torch.addmm(bias[sl, None], weight[sl], xt, out=out[sl])
+        return _transpose(out)[:rows].view(*x.shape[:-1], features)
+
+
+def _transpose(out: torch.Tensor) -> torch.Tensor:
+    """[F, M] -> contiguous [M, F]. For a few rows a 3-D permuted copy (which runs on every thread) is up to 2x
+    faster than the 2-D transpose copy (which runs on one): 1.0 vs 2.1 ms for an LM head at 16 rows."""
+    features, rows = out.shape
+    if rows > 64 or features % 16:
+        return out.t().contiguous()
+    flipped = out.new_empty(rows, features)
+    flipped.view(rows, features // 16, 16).copy_(out.view(features // 16, 16, rows).permute(2, 0, 1))
+    return flipped
+
+
 class Block(nn.Module):
     """One transformer layer, exposed as pieces (qkv, attend, ffn) so caches can run them on chosen positions."""
 
@@ -148,14 +200,14 @@ class Block(nn.Module):
         d, hd = cfg.d_model, cfg.head_dim
         self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, hd
         self.attn_norm = RMSNorm(d, cfg.rms_norm_eps)
-        self.q_proj = nn.Linear(d, cfg.n_heads * hd, bias=cfg.qkv_bias)
-        self.k_proj = nn.Linear(d, cfg.n_kv_heads * hd, bias=cfg.qkv_bias)
-        self.v_proj = nn.Linear(d, cfg.n_kv_heads * hd, bias=cfg.qkv_bias)
-        self.o_proj = nn.Linear(cfg.n_heads * hd, d, bias=False)
+        self.q_proj = Linear(d, cfg.n_heads * hd, bias=cfg.qkv_bias)
+        self.k_proj = Linear(d, cfg.n_kv_heads * hd, bias=cfg.qkv_bias)
+        self.v_proj = Linear(d, cfg.n_kv_heads * hd, bias=cfg.qkv_bias)
+        self.o_proj = Linear(cfg.n_heads * hd, d, bias=False)
         self.ffn_norm = RMSNorm(d, cfg.rms_norm_eps)
-        self.gate_proj = nn.Linear(d, cfg.mlp_hidden_size, bias=False)
-        self.up_proj = nn.Linear(d, cfg.mlp_hidden_size, bias=False)
-        self.down_proj = nn.Linear(cfg.mlp_hidden_size, d, bias=False)
+        self.gate_proj = Linear(d, cfg.mlp_hidden_size, bias=False)
+        self.up_proj = Linear(d, cfg.mlp_hidden_size, bias=False)
+        self.down_proj = Linear(cfg.mlp_hidden_size, d, bias=False)
 
     def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
         b, t, _ = x.shape
@@ -214,6 +266,10 @@ class DiffusionLM(nn.Module):
     """LLaDA / Dream masked-diffusion language model; ``state_dict()`` uses the checkpoint's own tensor names."""
 
     accepts_logits_range = True  # forward(..., logits_range=(a, b)): LM head on canvas positions [a, b) only
+    accepts_logits_at = True  # forward(..., logits_at=(rows, positions)): LM head at those pairs only, [n, V]
+    # the LM head runs on at least this many rows (logits_at pads with copies): from 12 rows up a row's logits
+    # are the bits of the whole canvas's product (tests/models/test_linear.py)
+    head_min_rows = 16
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -221,7 +277,7 @@ class DiffusionLM(nn.Module):
         self.embed = nn.Embedding(config.vocab_size, config.d_model)
         self.layers = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.norm = RMSNorm(config.d_model, config.rms_norm_eps)
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.lm_head = Linear(config.d_model, config.vocab_size, bias=False)
         self.tokenizer: Any = None  # set by load_model
         self._rope_memo: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self._register_state_dict_hook(_to_checkpoint_names)
@@ -244,13 +300,18 @@ class DiffusionLM(nn.Module):
         start: int = 0,
         embed_override: tuple[torch.Tensor, torch.Tensor] | None = None,
         logits_range: tuple[int, int] | None = None,
+        logits_at: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """Logits [B, T, V] for ``input_ids`` [B, T] placed at canvas positions ``[start, start + T)``.
 
         attention_mask / position_ids / embed_override cover the whole canvas [B, S] (S = T without a cache).
         A partial span (start > 0 or T < S) needs a filled KV cache holding the other positions.
-        ``logits_range=(a, b)`` (absolute positions inside the span) computes the LM head only there.
+        ``logits_range=(a, b)`` (absolute positions inside the span) computes the LM head only there;
+        ``logits_at=(rows, positions)`` ([n] each, absolute positions inside the span) only at those pairs, and
+        the logits are [n, V] in that order.
         """
+        if logits_range is not None and logits_at is not None:
+            raise ValueError("give logits_range or logits_at, not both")
         b, t = input_ids.shape
         s = self._canvas_length(t, start, attention_mask, cache)
         if start < 0 or start + t > s:
@@ -278,14 +339,33 @@ class DiffusionLM(nn.Module):
         for i, block in enumerate(self.layers):
             h = block(h, ctx) if cache is None else cache.run_layer(i, block, h, ctx)
 
+        if logits_at is not None:
+            return self._head_at(h, logits_at, attention_mask, q_lo, start, start + t)
         lo, hi = (start, start + t) if logits_range is None else logits_range
         if not start <= lo < hi <= start + t:
             raise ValueError(f"logits_range {logits_range} is not inside the span [{start}, {start + t})")
         if self.config.shift_logits:
-            h = h.gather(1, self._predecessors(lo, hi, attention_mask, b)[..., None].sub(q_lo).expand(-1, -1, h.shape[-1]))
+            rows = torch.arange(b, device=h.device).repeat_interleave(hi - lo)
+            pos = torch.arange(lo, hi, device=h.device).repeat(b)
+            h = h.gather(1, self._sources(rows, pos, attention_mask).view(b, hi - lo, 1).sub(q_lo).expand(-1, -1, h.shape[-1]))
         else:
             h = h[:, lo - q_lo : hi - q_lo]
         return self.lm_head(self.norm(h))
+
+    def _head_at(self, h: torch.Tensor, logits_at: tuple[torch.Tensor, torch.Tensor], attention_mask, q_lo: int,
+                 lo: int, hi: int) -> torch.Tensor:
+        """LM head [n, V] at the (row, position) pairs of ``logits_at``, on at least ``head_min_rows`` rows."""
+        rows, pos = (v.to(h.device) for v in logits_at)
+        if rows.shape != pos.shape or rows.dim() != 1:
+            raise ValueError(f"logits_at needs two [n] index tensors, got shapes {tuple(rows.shape)} and {tuple(pos.shape)}")
+        n = rows.numel()
+        if n and (int(pos.min()) < lo or int(pos.max()) >= hi):
+            raise ValueError(f"logits_at positions {int(pos.min())}..{int(pos.max())} are not inside the span [{lo}, {hi})")
+        src = self._sources(rows, pos, attention_mask) if self.config.shift_logits else pos
+        if 0 < n < self.head_min_rows:
+            pick = torch.arange(self.head_min_rows, device=h.device).clamp(max=n - 1)  # pad with copies of the last
+            rows, src = rows[pick], src[pick]
+        return self.lm_head(self.norm(h[rows, src - q_lo]))[:n]
 
     def _rope_tables(self, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos/sin for ``position_ids``, reused while the positions repeat (every step of one decode)."""
@@ -298,16 +378,14 @@ class DiffusionLM(nn.Module):
         return cos, sin
 
     @staticmethod
-    def _predecessors(lo: int, hi: int, attention_mask: torch.Tensor | None, b: int) -> torch.Tensor:
-        """Dream's source positions [B, hi - lo] for logits at [lo, hi): i - 1, or i itself where i - 1 is
-        before the canvas or padding (Dream reuses position 0's own state; we extend that to a row's first
-        real token so that left padding cannot change a row)."""
-        device = attention_mask.device if attention_mask is not None else None
-        pos = torch.arange(lo, hi, device=device).expand(b, -1)
+    def _sources(rows: torch.Tensor, pos: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """Dream's source positions [n] for the logits at (rows, pos): i - 1, or i itself where i - 1 is before
+        the canvas or padding (Dream reuses position 0's own state; we extend that to a row's first real token
+        so that left padding cannot change a row)."""
         prev = pos - 1
         valid = prev >= 0
         if attention_mask is not None:
-            valid &= attention_mask.gather(1, prev.clamp(min=0))
+            valid &= attention_mask[rows, prev.clamp(min=0)]
         return torch.where(valid, prev, pos)
 
     @staticmethod
@@ -320,21 +398,6 @@ class DiffusionLM(nn.Module):
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
-
-
-def store_linear_weights_transposed(module: nn.Module) -> nn.Module:
-    """Keep every ``nn.Linear`` weight [out, in] with its transpose contiguous: same values, shape and names,
-    only the strides change (``state_dict`` is unchanged but for strides).
-
-    On the CPU the BLAS then multiplies by the weight without packing a transposed operand: 1.15-1.5x faster
-    at the 8-64 query rows of a cached step, equal at a full canvas (docs/benchmarks.md). From 12 rows up the
-    results are bit-identical to the checkpoint layout; below that, as with any change of row count, the
-    float32 sums may round differently (tests/models/test_weight_layout.py).
-    """
-    for sub in module.modules():
-        if isinstance(sub, nn.Linear) and sub.weight.is_contiguous():
-            sub.weight.data = sub.weight.data.t().contiguous().t()
-    return module
 
 
 def _to_checkpoint_names(module: DiffusionLM, state_dict: dict, prefix: str, local_metadata: Any) -> dict:

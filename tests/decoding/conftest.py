@@ -11,11 +11,13 @@ from dllm_bench.models import load_model
 class SharpenedNetwork:
     """The real network with logits scaled up, so random weights give varied, peaked confidences.
 
-    Same call signature as the network (the engine treats any such callable as a model), including its LM-head
-    window (``logits_range``), so engine tests run the real network's head-window path.
+    Same call signature as the network (the engine treats any such callable as a model), including its LM head
+    at the candidates (``logits_at``) and on their window (``logits_range``), so engine tests run the real
+    network's head paths.
     """
 
     accepts_logits_range = True
+    accepts_logits_at = True
 
     def __init__(self, model, scale: float = 20.0):
         self.model, self.scale, self.config, self.tokenizer = model, scale, model.config, model.tokenizer

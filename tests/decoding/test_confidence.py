@@ -21,11 +21,13 @@ def reference(logits: torch.Tensor, forbidden: list[int], dtype: torch.dtype) ->
 @settings(max_examples=60, deadline=None)
 @given(n=st.integers(1, 6), vocab=st.integers(2, 40), seed=st.integers(0, 10_000), levels=st.integers(1, 5),
        forbid=st.lists(st.integers(0, 39), max_size=3), in_dtype=st.sampled_from([torch.float32, torch.bfloat16]),
-       out_dtype=st.sampled_from([torch.float64, torch.float32]))
-def test_fast_top1_matches_the_reference(n, vocab, seed, levels, forbid, in_dtype, out_dtype):
+       out_dtype=st.sampled_from([torch.float64, torch.float32]),
+       offset=st.sampled_from([0.0, -650.0, -300.0, 300.0, 700.0, 3000.0]))
+def test_fast_top1_matches_the_reference(n, vocab, seed, levels, forbid, in_dtype, out_dtype, offset):
+    """Ties, forbidden ids, and logits far from 0 (float64 skips the shift by the max inside +-600 only)."""
     g = torch.Generator().manual_seed(seed)
     # few distinct levels: ties everywhere, often on a forbidden id
-    logits = torch.randint(0, levels, (n, vocab), generator=g).to(in_dtype) * 0.75
+    logits = (torch.randint(0, levels, (n, vocab), generator=g) * 0.75 + offset).to(in_dtype)
     forbidden = sorted({f % vocab for f in forbid} - {vocab - 1})  # keep one id allowed
     x0, conf = candidate_predictions(logits, [n], dtype=out_dtype, forbidden_token_ids=forbidden)
     ref_x0, ref_conf = reference(logits, forbidden, out_dtype)

@@ -1,4 +1,5 @@
-"""Running the LM head on the candidates' window only (our networks' ``logits_range``) changes no token or NFE."""
+"""Running the LM head at the candidates only (our networks' ``logits_at``) or on their window (``logits_range``)
+changes no token or NFE."""
 
 from __future__ import annotations
 
@@ -15,20 +16,23 @@ from dllm_bench.tiny.encoding import encode_batch
 
 from .spec_kwargs import spec_generate
 
-TINY = Path(dllm_bench.tiny.__file__).parent / "checkpoints" / "tiny_llada"
+CHECKPOINTS = Path(dllm_bench.tiny.__file__).parent / "checkpoints"
 
 
+@pytest.mark.parametrize("flavour", ["llada", "dream"])
 @pytest.mark.parametrize("cache", ["none", "prefix", "dual", "dllm"])
-def test_window_head_equals_full_head(cache: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    model = load_model(TINY)
+def test_candidate_and_window_heads_equal_the_full_head(flavour: str, cache: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = load_model(CHECKPOINTS / f"tiny_{flavour}")
     rows = SudokuTask(limit=12).docs()
     prompts, _ = encode_batch(model.tokenizer, model.config, [r["puzzle"] for r in rows],
                               [r["solution"] for r in rows], 24)
     outs = []
-    for window in (True, False):
+    for at, window in ((True, True), (False, True), (False, False)):
+        monkeypatch.setattr(DiffusionLM, "accepts_logits_at", at)
         monkeypatch.setattr(DiffusionLM, "accepts_logits_range", window)
         outs.append(spec_generate(model, prompts, torch.ones_like(prompts), gen_length=24, block_length=8,
                                   policy=build_policy("blocks"), selector=build_selector("frechet", delta=0.25),
                                   cache=build_cache(cache)))
-    assert torch.equal(outs[0].tokens, outs[1].tokens)
-    assert [r.nfe for r in outs[0].records] == [r.nfe for r in outs[1].records]
+    for other in outs[1:]:
+        assert torch.equal(outs[0].tokens, other.tokens)
+        assert [r.nfe for r in outs[0].records] == [r.nfe for r in other.records]

@@ -193,3 +193,32 @@ def test_embed_override_replaces_marked_positions(tiny: DiffusionLM) -> None:
     swapped[0, 2] = _ids(tiny, "z")[0]
     with torch.no_grad():
         torch.testing.assert_close(tiny(ids, embed_override=(where, embeds)), tiny(swapped))
+
+
+def test_logits_at_are_the_rows_of_the_head_over_the_span(tiny: DiffusionLM) -> None:
+    """logits_at gives, bit for bit, the rows that the head over the whole span gives at those pairs: left-padded
+    batch (Dream's predecessor rule at a row's first real token), under a KV cache (Dream's extra position
+    before the span), and with fewer pairs than head_min_rows (padded with copies)."""
+    rows = [_ids(tiny, "short"), _ids(tiny, "a much longer prompt here"), _ids(tiny, "mid")]
+    width = max(map(len, rows)) + 6
+    pad = tiny.config.pad_token_id
+    ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+    first_real = [width - len(r) for r in rows]
+    b = torch.tensor([0, 0, 1, 2, 2, 2, 1])
+    pos = torch.tensor([first_real[0], width - 1, 3, first_real[2], width - 2, width - 1, width - 3])
+    with torch.no_grad():
+        full = tiny(ids, attention_mask=mask)
+        assert len(b) < tiny.head_min_rows
+        assert torch.equal(tiny(ids, attention_mask=mask, logits_at=(b, pos)), full[b, pos])
+        many = torch.arange(3).repeat_interleave(width), torch.arange(width).repeat(3)
+        assert torch.equal(tiny(ids, attention_mask=mask, logits_at=many), full.reshape(-1, full.shape[-1]))
+        kv = KVCache()
+        tiny(ids, attention_mask=mask, cache=kv)
+        s = width - 4
+        span = tiny(ids[:, s:], attention_mask=mask, cache=kv, start=s)
+        at = torch.tensor([0, 1, 1, 2]), torch.tensor([s, s, s + 3, s + 1])
+        got = tiny(ids[:, s:], attention_mask=mask, cache=kv, start=s, logits_at=at)
+        assert torch.equal(got, span[at[0], at[1] - s])
+        with pytest.raises(ValueError, match="not inside the span"):
+            tiny(ids[:, s:], attention_mask=mask, cache=kv, start=s, logits_at=(torch.tensor([0]), torch.tensor([s - 1])))

@@ -1,0 +1,104 @@
+"""The CPU Linear (W @ x.T from WX_MIN_ROWS rows) gives F.linear's bits, so every network output is unchanged.
+
+Every test here lowers WX_MIN_WEIGHTS to 0, so that small layers (and the tiny checkpoints) take the W @ x.T
+product too."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dllm_bench.models import load_model, network
+from dllm_bench.models.network import WX_MIN_ROWS, Linear
+
+CHECKPOINTS = Path(__file__).resolve().parents[2] / "dllm_bench" / "tiny" / "checkpoints"
+
+
+@contextmanager
+def _rows_product_for_every_weight(tile_rows: int | None = None):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(network, "WX_MIN_WEIGHTS", 0)
+        if tile_rows is not None:
+            mp.setattr(network, "WX_TILE_ROWS", tile_rows)
+        yield
+
+
+def _layer(d_in: int, d_out: int, bias: bool, g: torch.Generator) -> Linear:
+    layer = Linear(d_in, d_out, bias=bias)
+    with torch.no_grad():
+        layer.weight.copy_(torch.randn(d_out, d_in, generator=g) * 0.05)
+        if bias:
+            layer.bias.copy_(torch.randn(d_out, generator=g))
+    return layer
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.integers(12, 140), d_in=st.sampled_from([64, 96, 256, 512, 1536]),
+       d_out=st.sampled_from([64, 192, 512, 1536, 4100, 9000]), bias=st.booleans(), seed=st.integers(0, 1000),
+       tile_rows=st.sampled_from([None, 64, 1000]))
+def test_rows_equal_f_linear_over_a_full_canvas_from_twelve_rows(rows, d_in, d_out, bias, seed, tile_rows):
+    """Any 12+ rows give the bits that F.linear gives them inside a 400-row product (the published code runs
+    every Linear over the whole canvas), through either of Linear's products, whole or in weight tiles (with a
+    last, shorter tile)."""
+    g = torch.Generator().manual_seed(seed)
+    layer = _layer(d_in, d_out, bias, g)
+    canvas = torch.randn(400, d_in, generator=g)
+    want = F.linear(canvas, layer.weight, layer.bias)[:rows]
+    with torch.no_grad(), _rows_product_for_every_weight(tile_rows):
+        assert torch.equal(layer(canvas[:rows]), want)
+        assert torch.equal(layer(canvas[:rows].view(1, rows, d_in)), want.view(1, rows, d_out))
+
+
+def test_batched_and_strided_inputs_take_the_rows_product():
+    """[B, T, d] inputs and a window sliced out of a batch (not contiguous) give F.linear's values."""
+    g = torch.Generator().manual_seed(3)
+    layer = _layer(128, 640, True, g)
+    h = torch.randn(3, 40, 128, generator=g)
+    window = h[:, 10:18]  # 24 rows, strided
+    assert not window.is_contiguous() and window.numel() // 128 >= WX_MIN_ROWS
+    with torch.no_grad(), _rows_product_for_every_weight():
+        for x in (h, window):
+            assert torch.equal(layer(x), F.linear(x, layer.weight, layer.bias))
+            assert layer(x).is_contiguous()
+
+
+@pytest.mark.parametrize("flavour", ["llada", "dream"])
+def test_tiny_checkpoints_give_the_logits_of_f_linear(flavour, monkeypatch):
+    """A batched canvas (8 x 64 rows), a 2-row batch's window (16 rows) and a cached 8-query block of a batch
+    of 2 (16 rows) through the rows product equal the same forwards with F.linear everywhere."""
+    from dllm_bench.models.cache import KVCache
+
+    model = load_model(CHECKPOINTS / f"tiny_{flavour}", device="cpu", dtype="float32")
+    assert all(m.weight.is_contiguous() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    ids = torch.randint(0, model.config.vocab_size - 4, (8, 64), generator=torch.Generator().manual_seed(0))
+
+    def forwards():
+        kv = KVCache()
+        with torch.no_grad():
+            model(ids[:2], cache=kv)
+            return (model(ids), model(ids[:2], logits_range=(40, 48)),
+                    model(ids[:2, 40:48], cache=kv, start=40))
+
+    monkeypatch.setattr(network, "WX_MIN_WEIGHTS", 0)
+    monkeypatch.setattr(network, "WX_TILE_ROWS", 96)  # the LM head (512 ids) in tiles, the last one shorter
+    got = forwards()
+    monkeypatch.setattr(network, "WX_MIN_ROWS", 10**9)
+    want = forwards()
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("rows", range(1, 12))
+def test_fewer_rows_keep_f_linear(rows):
+    """Below 12 rows W @ x.T rounds differently from F.linear on this BLAS, so few rows keep F.linear's bits."""
+    g = torch.Generator().manual_seed(rows)
+    layer = _layer(512, 1536, False, g)
+    x = torch.randn(rows, 512, generator=g)
+    with torch.no_grad(), _rows_product_for_every_weight():
+        assert torch.equal(layer(x), F.linear(x, layer.weight))
