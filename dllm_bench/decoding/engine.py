@@ -226,12 +226,11 @@ def _fill_predictions(res: ForwardResult, cand, conf, pred, P: int, G: int, meas
         w = a1 - a0
         where = inside.reshape(-1).nonzero().squeeze(1)  # candidates in batch order, as flat [b, w] indices
         target = rows.index_select(0, where // w) * G + a0 + where % w  # the same candidates in [B, G]
+        flat = _candidate_rows(res.logits[:, P + a0 - res.start: P + a1 - res.start], where, workspace)
     if sum(counts) != int(sub_cand.sum()):
         raise RuntimeError("a candidate lies outside the positions this forward computed (engine bug)")
     if sum(counts) == 0:
         return
-    if res.at is None:
-        flat = _candidate_rows(res.logits[:, P + a0 - res.start: P + a1 - res.start], where, workspace)
     gens = [generators[int(r)] for r in rows] if generators is not None else None
     x0, c = candidate_predictions(flat, counts, measure=measure, dtype=dtype, temperature=temperature,
                                   forbidden_token_ids=forbidden, unchosen_token_ids=unchosen, generators=gens,
