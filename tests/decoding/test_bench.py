@@ -16,3 +16,14 @@ def test_bench_paths_run_at_tiny_size(load_script):
     assert (steps["steps"] == 4).all() and steps["outside_network_fraction"].between(0, 1).all()
     # FLOP model: a dual step (block only) costs less than a full forward
     assert bench.layer_flops(model.config, 8, 32) < bench.layer_flops(model.config, 32, 32)
+
+
+def test_profile_step_paths_run_at_tiny_size(load_script, capsys):
+    profile_step = load_script("profile_step")
+    with torch.no_grad():
+        profile_step.outside_network("dual", "threshold", 32, 5, shape="tiny")
+    out = capsys.readouterr().out
+    assert "tiny, dual, threshold:" in out and "aten::" in out
+    profile_step.linear_products(["1024x512"], [12, 20], repeats=1)
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    assert [r[1] for r in rows] == ["12", "20"] and all(r[-1] == "True" for r in rows)
