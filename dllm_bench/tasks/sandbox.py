@@ -2,14 +2,18 @@
 
 Isolation is the operating system's, via bubblewrap (`bwrap`, docs/sandbox.md says why): own user, network,
 PID, mount, IPC and UTS namespaces; an unprivileged host uid of its own (a fresh one per sample when the
-harness is root) with no capabilities; a read-only view of only /usr and the interpreter; a private tmpfs
-work dir; its own /proc; every process gone when the sample ends. Inside, rlimits (CPU time, address
-space, file size, processes) bound it, and an audit hook gives clear errors on common accidents (a second
-layer: nothing above depends on it). Without bwrap, execution refuses unless `allow_unisolated=True`.
+harness is root) with no capabilities; a read-only view of only /usr and the interpreter; a sized private
+tmpfs work dir and /dev/shm, /dev read-only; its own /proc; SysV shared memory refused (seccomp). A cgroup per
+sample, where the machine allows one, bounds the sample's memory, process count and CPU time in total and
+kills all of it at once; rlimits bound each process (and are the fallback). Every process of a sample is gone
+when `execute` returns or raises, and dies with the harness. An audit hook gives clear errors on common
+accidents (a second layer: nothing above depends on it). Without bwrap, execution refuses unless
+`allow_unisolated=True`.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 import select
@@ -19,11 +23,14 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import lru_cache
 from pathlib import Path
+
+from dllm_bench.tasks.sandbox_cgroup import SampleCgroup
 
 OUTPUT_CAP_BYTES = 8192
 NONCE_BYTES = 32
@@ -32,13 +39,18 @@ HOST_UID_BASE, HOST_UID_SPAN = 2_000_000_000, 140_000_000  # per-sample host uid
 OPT_IN = "task.allow_unisolated=true"
 WORKDIR = "/sandbox"  # the program's private tmpfs (and its /tmp); a path no interpreter prefix uses
 FULL, WEAK = "bwrap", "rlimits+audit"
+CPU_GRACE_S = 0.25  # the sample's processes together may use timeout_s + this (interpreter start-up) of CPU
+BWRAP_PROCESSES = 4  # bwrap's own processes in a sample's cgroup (two-bwrap path: launcher, init, twice)
+UID0_CAN = ("as uid 0 without capabilities (when the interpreter is unreadable by other users) a program can "
+            "still write every root-owned file, signal every root process (the harness too) and use the host's "
+            "network, /dev/shm and SysV IPC; only the audit hook stands in its way")
 
 # Runs inside the sandbox as `python -I [-S] -c`; stdin carries the nonce, then the program. The nonce
 # stays in this function's frame (never in a file, argv, the environment, /proc or an inherited fd).
 _BOOTSTRAP = r"""
 def _run():
     import os, resource, sys, types
-    report_fd, mem_mb, cpu_s, file_mb, nproc, hook = (int(a) for a in sys.argv[1:7])
+    report_fd, mem_mb, cpu_s, file_mb, nproc, hook, native = (int(a) for a in sys.argv[1:8])
     chunks = []
     while True:
         chunk = os.read(0, 1 << 16)
@@ -60,7 +72,7 @@ def _run():
             pass
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))  # SIGXCPU, then SIGKILL if ignored
     if hook:
-        _install_hook(os.getcwd())
+        _install_hook(os.getcwd(), native)
     import builtins
     if not hasattr(builtins, "exit"):  # `python -S` skips site, which defines exit/quit
         builtins.exit = builtins.quit = sys.exit
@@ -70,10 +82,11 @@ def _run():
     exec(code, main.__dict__)
     os.write(report_fd, nonce)
 
-def _install_hook(root):
+def _install_hook(root, native):
     import os, sys
     blocked = ("socket.", "os.fork", "os.forkpty", "os.posix_spawn", "os.exec", "os.spawn", "os.system",
-               "subprocess.", "os.kill", "os.killpg", "ctypes.", "pty.")
+               "subprocess.", "os.kill", "os.killpg", "pty.") + (() if native else ("ctypes.",))
+    modules = ("_posixsubprocess", "_posixshmem") + (() if native else ("_ctypes",))
     write = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
     def outside(path):
         if isinstance(path, int):
@@ -92,6 +105,13 @@ def _install_hook(root):
                        "os.chown", "os.link", "os.symlink", "os.mkdir"):
             if any(outside(a) for a in args[:2] if isinstance(a, (str, bytes, os.PathLike))):
                 raise PermissionError("sandbox: %s outside the work directory is not allowed" % event)
+        elif event == "import" and args[0].rpartition(".")[2] in modules:
+            raise PermissionError("sandbox: importing %s is not allowed" % args[0])
+        elif event == "sqlite3.connect":
+            db = args[0]
+            if isinstance(db, (str, bytes, os.PathLike)) and os.fsdecode(db) not in ("", ":memory:") \
+                    and (os.fsdecode(db).startswith("file:") or outside(db)):
+                raise PermissionError("sandbox: a database outside the work directory is not allowed: %r" % (db,))
         elif event.startswith(blocked):
             raise PermissionError("sandbox: %s is not allowed" % event)
     sys.addaudithook(hook)
@@ -108,9 +128,10 @@ class SandboxUnavailable(RuntimeError):
 class ExecResult:
     """Outcome of one program: `passed` only when the nonce after its last line arrived intact.
 
-    status: "passed", "failed" (an exception), "timeout" (CPU-time limit or wall-clock backstop), "killed"
-    (a signal: memory, file size, processes), "no_sentinel" (the program stopped before its end, e.g.
-    `exit(0)`), or "error" (could not start). `reason` is the last line of stderr or the limit hit;
+    status: "passed", "failed" (an exception), "timeout" (CPU-time limit, of a process or of the sample's
+    processes together, or wall-clock backstop), "killed" (a signal: memory, file size, processes), "no_sentinel"
+    (the program stopped before its end, e.g. `exit(0)`), or "error" (could not start). `reason` is one line:
+    the last line of stderr or the limit hit;
     `isolation` is "bwrap" (OS isolation) or "rlimits+audit" (the opted-in weaker mode).
     """
 
@@ -126,13 +147,29 @@ class ExecResult:
 
 @dataclass(frozen=True)
 class Limits:
-    """Resource limits for one program; `audit_hook=False` drops the in-interpreter layer (tests use it)."""
+    """Resource limits for one sample; `audit_hook=False` drops the in-interpreter layer (tests use it).
+
+    `memory_mb` and `processes` bound the sample's processes together where a cgroup is available, and each
+    process (address space; processes of the sample's uid) always; `file_mb` is the largest file (also caps
+    output); `work_mb` and `shm_mb` size its tmpfs work dir and /dev/shm. `site_packages=True` runs the
+    harness's environment with its packages (OS isolation only; native code is then not refused by the hook).
+    """
 
     memory_mb: int = 2048
     file_mb: int = 16
     processes: int = 64
     site_packages: bool = False  # False: stdlib only (`python -S`), which starts ~3x faster
     audit_hook: bool = True
+    work_mb: int = 64
+    shm_mb: int = 16
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type == "bool" and not isinstance(value, bool):
+                raise ValueError(f"Limits({f.name}={value!r}): expected true or false")
+            if f.type == "int" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"Limits({f.name}={value!r}): expected a whole number >= 1")
 
 
 def default_wall_timeout(timeout_s: float) -> float:
@@ -172,31 +209,43 @@ def _root_view(roots: list[str], restore_modes: bool) -> list[str]:
     return opts
 
 
-def _sandbox_argv(host_uid: int | None, site_packages: bool, work_mb: int, info_fd: int | None = None) -> list[str]:
-    """The command prefix that runs a program under bwrap; as root, a first bwrap (mount view only) drops to
-    `host_uid` with setpriv so the second, unprivileged bwrap can traverse a prefix under a 0700 home."""
+def two_bwrap_path(host_uid: int | None, site_packages: bool) -> bool:
+    """As root with an interpreter the sample's uid cannot reach (under a 0700 home): a first bwrap builds a
+    traversable view, the uid switch and the second bwrap happen inside it. Else one bwrap."""
+    return host_uid is not None and not all(_traversable(r) for r in _python_roots(site_packages))
+
+
+def _sandbox_argv(host_uid: int | None, site_packages: bool, work_mb: int, info_fd: int | None = None,
+                  shm_mb: int = 16, seccomp_fd: int | None = None) -> list[str]:
+    """The command prefix that runs a program under bwrap; as root, setpriv drops to `host_uid` first so bwrap
+    runs unprivileged. On the two-bwrap path the first bwrap has a PID namespace too, so its init's death (with
+    the harness) takes every process below it along: the kernel refuses the parent-death signal from its
+    capability-less launcher to the sample's uid. `info_fd` goes to the outermost bwrap with a PID namespace."""
     bwrap = shutil.which("bwrap") or "/usr/bin/bwrap"
     roots = _python_roots(site_packages)
+    two = two_bwrap_path(host_uid, site_packages)
     inner = [
         bwrap, "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
         "--unshare-cgroup-try", *_optional_flags(bwrap), "--die-with-parent", "--new-session",
         "--uid", str(SANDBOX_ID), "--gid", str(SANDBOX_ID), "--hostname", "sandbox",
         *_root_view(roots, restore_modes=False),
-        "--proc", "/proc", "--dev", "/dev", "--size", str(work_mb << 20), "--tmpfs", WORKDIR,
+        "--proc", "/proc", "--dev", "/dev", "--size", str(shm_mb << 20), "--tmpfs", "/dev/shm",
+        "--remount-ro", "/dev", "--size", str(work_mb << 20), "--tmpfs", WORKDIR,
         *([] if any(r.startswith("/tmp/") for r in roots) else ["--symlink", WORKDIR, "/tmp"]),
         "--chdir", WORKDIR, "--remount-ro", "/",
-        *([] if info_fd is None else ["--info-fd", str(info_fd)]),
+        *([] if info_fd is None or two else ["--info-fd", str(info_fd)]),
+        *([] if seccomp_fd is None else ["--seccomp", str(seccomp_fd)]),
     ]
     if host_uid is None:
         return inner
     setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
     drop = [setpriv, f"--reuid={host_uid}", f"--regid={host_uid}", "--clear-groups", "--"]
-    if all(_traversable(r) for r in roots):
+    if not two:
         return [*drop, *inner]
     return [
-        bwrap, *_root_view(roots, restore_modes=True), "--bind", "/proc", "/proc", "--dev", "/dev",
-        "--tmpfs", "/tmp", "--die-with-parent", "--cap-drop", "ALL", "--cap-add", "CAP_SETUID",
-        "--cap-add", "CAP_SETGID", *drop, *inner,
+        bwrap, "--unshare-pid", *_root_view(roots, restore_modes=True), "--bind", "/proc", "/proc", "--dev", "/dev",
+        "--tmpfs", "/tmp", "--die-with-parent", *([] if info_fd is None else ["--info-fd", str(info_fd)]),
+        "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", *drop, *inner,
     ]
 
 
@@ -208,6 +257,46 @@ def _optional_flags(bwrap: str) -> tuple[str, ...]:
     except (OSError, subprocess.SubprocessError):
         return ()
     return ("--disable-userns",) if "--disable-userns" in helptext else ()
+
+
+# seccomp: (AUDIT_ARCH, shmget numbers) per CPU; x86-64 also refuses the x32 ABI (numbers from 0x40000000)
+_SECCOMP_ARCH = {"x86_64": (0xC000003E, (29,), 0x40000000), "aarch64": (0xC00000B7, (194,), None)}
+
+
+@lru_cache(maxsize=1)
+def seccomp_filter() -> bytes | None:
+    """A classic-BPF seccomp program: `shmget` fails with EPERM (SysV shared memory is host memory outside every
+    tmpfs size) and other ABIs with ENOSYS; everything else is allowed. None on a CPU not listed (no filter)."""
+    import platform
+    import struct
+
+    arch = _SECCOMP_ARCH.get(platform.machine())
+    if arch is None:
+        return None
+    audit_arch, numbers, abi_floor = arch
+    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
+    allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
+    checks = ([(jge, abi_floor)] if abi_floor is not None else []) + [(jeq, n) for n in numbers]
+    n = len(checks)
+    prog = [(ld, 0, 0, 4), (jeq, 0, n + 3, audit_arch), (ld, 0, 0, 0)]
+    for i, (op, k) in enumerate(checks):  # targets after the checks: allow, eperm, enosys
+        to_eperm, to_enosys = n - i, n - i + 1
+        prog.append((op, to_enosys if op == jge else to_eperm, 0, k))
+    prog += [(ret, 0, 0, allow), (ret, 0, 0, eperm), (ret, 0, 0, enosys)]
+    return b"".join(struct.pack("=HBBI", *insn) for insn in prog)
+
+
+def _seccomp_fd() -> int | None:
+    """A pipe's read end holding the seccomp program for bwrap's --seccomp (it reads to EOF)."""
+    program = seccomp_filter()
+    if program is None:
+        return None
+    read_fd, write_fd = os.pipe()
+    try:
+        os.write(write_fd, program)
+    finally:
+        os.close(write_fd)
+    return read_fd
 
 
 def _new_host_uid() -> int | None:
@@ -235,17 +324,22 @@ def isolation_unavailable_reason() -> str | None:
     return None
 
 
-def require_isolation(allow_unisolated: bool = False) -> str:
+def require_isolation(allow_unisolated: bool = False, site_packages: bool = False) -> str:
     """The isolation `execute` will use ("bwrap" or "rlimits+audit"); raises SandboxUnavailable when it would
     refuse. Cheap after the first call: runners call it before loading a model."""
     reason = isolation_unavailable_reason()
     if reason is None:
         return FULL
+    if allow_unisolated and site_packages:
+        raise SandboxUnavailable(
+            f"sandbox: Limits(site_packages=True) needs OS isolation, which is unavailable here ({reason}): in the "
+            f"weaker mode the packages' native code would pass the audit hook; use site_packages=False")
     if allow_unisolated:
         return WEAK
+    as_root = f"; there, {UID0_CAN}" if os.geteuid() == 0 else ""
     raise SandboxUnavailable(
         f"sandbox: cannot isolate model-written code: {reason}; to run it with rlimits and an audit hook only, "
-        f"opt in with {OPT_IN} (execute(..., allow_unisolated=True))"
+        f"opt in with {OPT_IN} (execute(..., allow_unisolated=True)){as_root}"
     )
 
 
@@ -281,6 +375,11 @@ def _read_capped(path: Path, cap: int = OUTPUT_CAP_BYTES) -> str:
     return text + ("\n[output truncated]" if len(data) > cap else "")
 
 
+def _private_file(path: Path):
+    """A capture file only its owner (the harness) can read: 0600, created new."""
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb")
+
+
 def _signal_name(number: int) -> str:
     try:
         return signal.Signals(number).name
@@ -289,15 +388,21 @@ def _signal_name(number: int) -> str:
 
 
 def _classify(returncode: int | None, sentinel_ok: bool, backstop: float | None, cpu_s: int,
-              stderr: str) -> tuple[str, str]:
-    """(status, reason). bwrap reports a signal death as 128 + signal; the weaker mode as a negative code."""
+              stderr: str, *, total_cpu: bool = False, memory_total_mb: int | None = None) -> tuple[str, str]:
+    """(status, reason). bwrap reports a signal death as 128 + signal; the weaker mode as a negative code.
+    `total_cpu`: the sample's processes together passed the CPU limit; `memory_total_mb`: the kernel killed
+    one of them at the sample's memory total."""
     if backstop is not None:
         return "timeout", f"wall-clock backstop of {backstop:g} s reached (the program slept or blocked)"
+    if total_cpu:
+        return "timeout", f"CPU-time limit of {cpu_s} s reached by the sample's processes together"
     sig = -returncode if returncode is not None and returncode < 0 else None
     if returncode is not None and 128 < returncode < 128 + 65:
         sig = returncode - 128
     if sig == signal.SIGXCPU:
         return "timeout", f"CPU-time limit of {cpu_s} s reached"
+    if sig == signal.SIGKILL and memory_total_mb is not None:
+        return "killed", f"memory limit of {memory_total_mb} MB reached by the sample's processes together"
     if sig == signal.SIGKILL:
         return "killed", f"killed by SIGKILL (the CPU-time hard limit of {cpu_s + 1} s once SIGXCPU is ignored, or memory)"
     if sig is not None:
@@ -311,82 +416,143 @@ def _classify(returncode: int | None, sentinel_ok: bool, backstop: float | None,
 
 
 def execute(program: str, timeout_s: float = 10.0, limits: Limits | None = None, *,
-            allow_unisolated: bool = False, wall_timeout_s: float | None = None) -> ExecResult:
+            allow_unisolated: bool = False, wall_timeout_s: float | None = None,
+            cancel: threading.Event | None = None) -> ExecResult:
     """Run `program` in a fresh isolated Python process; passed = it ran to its end within the limits.
 
-    `timeout_s` is CPU time (RLIMIT_CPU, whole seconds, rounded up); `wall_timeout_s` is a backstop for
-    programs that sleep or block (default `default_wall_timeout(timeout_s)`).
+    `timeout_s` is CPU time (RLIMIT_CPU per process, whole seconds, rounded up; the sample's processes
+    together get `CPU_GRACE_S` more where a cgroup counts them); `wall_timeout_s` is a backstop for programs
+    that sleep or block (default `default_wall_timeout(timeout_s)`). Setting `cancel` kills the sample (within
+    0.1 s). However `execute` ends (return, exception, Ctrl-C), no process of the sample is left.
     """
     if not timeout_s > 0:
         raise ValueError(f"timeout_s={timeout_s!r}: expected a positive number of seconds")
     if wall_timeout_s is not None and not wall_timeout_s > 0:
         raise ValueError(f"wall_timeout_s={wall_timeout_s!r}: expected a positive number of seconds or None")
     limits = limits or Limits()
-    isolation = require_isolation(allow_unisolated)
+    isolation = require_isolation(allow_unisolated, limits.site_packages)
     cpu_s = max(1, int(-(-timeout_s // 1)))
     backstop = wall_timeout_s if wall_timeout_s is not None else default_wall_timeout(timeout_s)
     nonce = secrets.token_hex(NONCE_BYTES // 2).encode()
     root = Path(tempfile.mkdtemp(prefix="dllm_sandbox_"))
     read_fd, write_fd = os.pipe()
     info_read, info_write = os.pipe()
+    seccomp_read = -1
+    proc: subprocess.Popen | None = None
+    cgroup: SampleCgroup | None = None
+    host_uid: int | None = None
     try:
+        cgroup = SampleCgroup.create(limits.memory_mb << 20, limits.processes + BWRAP_PROCESSES)
         if isolation == FULL:
             host_uid = _new_host_uid()
-            prefix = _sandbox_argv(host_uid, limits.site_packages, 4 * limits.file_mb, info_write)
-            env, cwd, popen_kw, passed_fds = _scrubbed_env(WORKDIR), "/", {}, (write_fd, info_write)
+            seccomp_read = _seccomp_fd() or -1
+            prefix = _sandbox_argv(host_uid, limits.site_packages, limits.work_mb, info_write, limits.shm_mb,
+                                   seccomp_read if seccomp_read >= 0 else None)
+            env, cwd, popen_kw = _scrubbed_env(WORKDIR), "/", {}
+            passed_fds = tuple(fd for fd in (write_fd, info_write, seccomp_read) if fd >= 0)
         else:
             prefix, cwd, popen_kw, host_uid = _weaker_mode(root)
             env, passed_fds = _scrubbed_env(cwd), (write_fd,)
+        if cgroup is not None and "user" in popen_kw:  # the join runs as the sample's uid: it could not
+            cgroup.remove()
+            cgroup = None
         argv = [*prefix, *_python_argv(limits.site_packages), "-c", _BOOTSTRAP, str(write_fd),
                 str(limits.memory_mb), str(cpu_s), str(limits.file_mb), str(limits.processes),
-                "1" if limits.audit_hook else "0"]
+                "1" if limits.audit_hook else "0", "1" if limits.site_packages else "0"]
+        if cgroup is not None:
+            argv = cgroup.join_argv(argv, shutil.which("sh") or "/bin/sh")
         start = time.perf_counter()
-        with open(root / "stdout", "wb") as out, open(root / "stderr", "wb") as err:
+        with _private_file(root / "stdout") as out, _private_file(root / "stderr") as err:
+            if cancel is not None and cancel.is_set():
+                return ExecResult(False, "error", "cancelled before it started", None, "", "", 0.0, isolation)
             try:
                 proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=err, env=env, cwd=cwd,
                                         start_new_session=True, pass_fds=passed_fds, **popen_kw)
             except OSError as e:
                 return ExecResult(False, "error", f"could not start: {e}", None, "", "", 0.0, isolation)
-            for fd in (write_fd, info_write):
-                os.close(fd)
-            write_fd = info_write = -1
+            for fd in (write_fd, info_write, seccomp_read):
+                if fd >= 0:
+                    os.close(fd)
+            write_fd = info_write = seccomp_read = -1
             _feed(proc, nonce + program.encode("utf-8", errors="surrogateescape"))
-            status, hit_backstop = _wait(proc, backstop, host_uid)
+            status, hit = _wait(proc, backstop, host_uid, cgroup, cpu_s + CPU_GRACE_S, cancel)
             _await_teardown(_sandbox_init_pid(info_read), host_uid)
         wall = time.perf_counter() - start
-        proc.returncode = returncode = os.waitstatus_to_exitcode(status)
+        returncode = proc.returncode
         stdout, stderr = _read_capped(root / "stdout"), _read_capped(root / "stderr")
+        if hit == "cancelled":
+            return ExecResult(False, "error", "cancelled while it ran", returncode, stdout, stderr, wall, isolation)
+        if cgroup is not None and returncode == 125 and "cgroup.procs" in stderr:  # the join failed
+            first = stderr.strip().splitlines()[0]
+            return ExecResult(False, "error", f"could not join the sample's cgroup: {first}", returncode, stdout,
+                              stderr, wall, isolation)
+        memory_hit = limits.memory_mb if cgroup is not None and cgroup.memory_exhausted() else None
         verdict, reason = _classify(returncode, secrets.compare_digest(_drain(read_fd), nonce),
-                                    backstop if hit_backstop else None, cpu_s, stderr)
+                                    backstop if hit == "backstop" else None, cpu_s, stderr,
+                                    total_cpu=hit == "cpu", memory_total_mb=memory_hit)
         return ExecResult(verdict == "passed", verdict, reason, returncode, stdout, stderr, wall, isolation)
     finally:
-        for fd in (write_fd, info_write, read_fd, info_read):
+        if proc is not None and proc.returncode is None:  # raised or interrupted while it ran
+            _kill_sandbox(proc, host_uid, cgroup)
+            _reap(proc)
+        if cgroup is not None:
+            cgroup.remove()
+        elif proc is not None and host_uid is not None and isolation == WEAK:
+            _kill_uid(host_uid)
+        if host_uid is not None and isolation == WEAK:
+            _remove_shm_of(host_uid)
+        for fd in (write_fd, info_write, read_fd, info_read, seccomp_read):
             if fd >= 0:
                 os.close(fd)
         shutil.rmtree(root, ignore_errors=True)
 
 
+def _reap(proc: subprocess.Popen) -> None:
+    try:
+        _, status = os.waitpid(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    except ChildProcessError:
+        pass
+
+
 def _weaker_mode(root: Path) -> tuple[list[str], str, dict, int | None]:
-    """(command prefix, work dir, Popen options, uid to kill after a timeout) for the opted-in weaker mode: as root
-    a fresh unprivileged uid when it can run the interpreter, else uid 0 without capabilities; as a user, the
-    harness turns non-dumpable so the program cannot read its environment."""
+    """(command prefix, work dir, Popen options, the sample's own uid) for the opted-in weaker mode: as root a
+    fresh unprivileged uid when it can run the interpreter, else uid 0 without capabilities; as a user, the
+    harness turns non-dumpable so the program cannot read its environment. The work dir is private (0700)."""
     work = root / "work"
-    work.mkdir()
+    work.mkdir(mode=0o700)
     if os.geteuid() != 0:
         _hide_own_environ()
         return [], str(work), {}, None
+    setpriv = shutil.which("setpriv")
     if _others_can_run_python():
         uid = _new_host_uid()
         os.chown(work, uid, uid)
+        os.chmod(work, 0o700)
         os.chmod(root, 0o711)
+        if setpriv:
+            return [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"], str(work), {}, uid
         return [], str(work), {"user": uid, "group": uid, "extra_groups": []}, uid
-    setpriv = shutil.which("setpriv")
     prefix = [setpriv, "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"] if setpriv else []
     return prefix, str(work), {}, None
 
 
+def _remove_shm_of(uid: int) -> None:
+    """The weaker mode shares the host's /dev/shm: remove what the sample's own uid left there."""
+    try:
+        entries = list(os.scandir("/dev/shm"))
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            if entry.stat(follow_symlinks=False).st_uid == uid:
+                os.unlink(entry.path)
+        except OSError:
+            continue
+
+
 def _sandbox_init_pid(info_fd: int) -> int | None:
-    """The host pid of the sandbox's init (PID 1 of its namespace), from bwrap's --info-fd JSON."""
+    """The host pid of the outermost sandbox init (PID 1 of its namespace), from bwrap's --info-fd JSON."""
     import json
 
     os.set_blocking(info_fd, False)
@@ -428,27 +594,48 @@ def _feed(proc: subprocess.Popen, data: bytes) -> None:
             pass
 
 
-def _wait(proc: subprocess.Popen, backstop: float, host_uid: int | None) -> tuple[int, bool]:
-    """Wait for the process (pidfd, no polling); past the backstop kill the whole sandbox.
-    Returns (wait status, backstop hit)."""
+def _wait(proc: subprocess.Popen, backstop: float, host_uid: int | None, cgroup: SampleCgroup | None = None,
+          cpu_budget_s: float = math.inf, cancel: threading.Event | None = None) -> tuple[int, str | None]:
+    """Wait for the process (pidfd, woken at least every 0.1 s); kill the whole sample past the wall-clock
+    backstop, when its processes together pass `cpu_budget_s` (cgroup), or when `cancel` is set.
+    Returns (wait status, None or "backstop" / "cpu" / "cancelled"); sets proc.returncode."""
     pidfd = os.pidfd_open(proc.pid)
+    watch_cpu = cgroup is not None and cgroup.provides("cpu")
+    deadline = time.monotonic() + backstop
+    poll, hit = 0.01, None
     try:
-        ready, _, _ = select.select([pidfd], [], [], backstop)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                hit = "backstop"
+                break
+            ready, _, _ = select.select([pidfd], [], [], min(poll, left))
+            if ready:
+                break
+            if cancel is not None and cancel.is_set():
+                hit = "cancelled"
+                break
+            if watch_cpu and (cgroup.cpu_seconds() or 0.0) > cpu_budget_s:
+                hit = "cpu"
+                break
+            poll = min(2 * poll, 0.1)
     finally:
         os.close(pidfd)
-    hit = not ready
     if hit:
-        _kill_sandbox(proc, host_uid)
+        _kill_sandbox(proc, host_uid, cgroup)
     _, status = os.waitpid(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
     return status, hit
 
 
-def _kill_sandbox(proc: subprocess.Popen, host_uid: int | None) -> None:
-    """SIGKILL the process group; as root also every process of the sample's own uid (setsid daemons
-    included), so nothing outlives `execute` even before the kernel tears the PID namespace down."""
+def _kill_sandbox(proc: subprocess.Popen, host_uid: int | None, cgroup: SampleCgroup | None = None) -> None:
+    """SIGKILL the sample's cgroup and process group; as root also every process of the sample's own uid
+    (setsid daemons included), so nothing outlives `execute` even before the kernel tears the PID namespace down."""
+    if cgroup is not None:
+        cgroup.kill()
     try:
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
+    except (ProcessLookupError, PermissionError):
         pass
     _kill_uid(host_uid)
 
@@ -472,11 +659,21 @@ def _drain(fd: int, cap: int = 256) -> bytes:
 def execute_many(programs: list[str], timeout_s: float = 10.0, workers: int | None = None,
                  limits: Limits | None = None, *, allow_unisolated: bool = False,
                  wall_timeout_s: float | None = None) -> list[ExecResult]:
-    """`execute` over many programs with `workers` concurrent processes; results in input order."""
+    """`execute` over many programs with `workers` concurrent processes; results in input order. If this call
+    is interrupted (Ctrl-C) or raises, queued programs never start and running ones are killed before it ends."""
     workers = workers or max(1, (os.cpu_count() or 1))
     if workers < 1:
         raise ValueError(f"workers={workers!r}: expected an int >= 1")
-    require_isolation(allow_unisolated)  # refuse once, before any program starts
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda p: execute(p, timeout_s, limits, allow_unisolated=allow_unisolated,
-                                               wall_timeout_s=wall_timeout_s), programs))
+    require_isolation(allow_unisolated, (limits or Limits()).site_packages)  # refuse once, before any program
+    cancel = threading.Event()
+    pool = ThreadPoolExecutor(max_workers=workers)
+    try:
+        futures = [pool.submit(execute, p, timeout_s, limits, allow_unisolated=allow_unisolated,
+                               wall_timeout_s=wall_timeout_s, cancel=cancel) for p in programs]
+        return [f.result() for f in futures]
+    except BaseException:
+        cancel.set()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    finally:
+        pool.shutdown(wait=True)
