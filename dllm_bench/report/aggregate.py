@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from dllm_bench.runner.summary import wilson_interval
+from dllm_bench.runner.summary import SANDBOX_COLUMNS, wilson_interval
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,7 @@ class Aggregate:
     throughput: str = "batch1"     # where tokens/s comes from: THROUGHPUT_SOURCES
     timing_docs: int | None = None          # documents per repeat of the batch-1 timing pass ("timed")
     timing_agreement: float | None = None   # share of them whose batch-1 tokens equal the batched ones
+    sandbox: tuple[tuple[str, int], ...] = ()  # code tasks: (verdict, samples) over every pooled run, non-zero only
 
 
 # "batch1": the runs' own timing at batch 1 (or batch size not recorded); "timed": the batched mode, tokens/s from
@@ -85,6 +86,14 @@ def _timed(rows: pd.DataFrame) -> pd.DataFrame:
     if any(c not in rows.columns for c in TIMING_COLUMNS):
         return rows.iloc[0:0]
     return rows[pd.to_numeric(rows["timing_n_samples"], errors="coerce").fillna(0) > 0]
+
+
+def _sandbox(rows: pd.DataFrame) -> tuple[tuple[str, int], ...]:
+    """Samples per sandbox verdict summed over the pooled runs (runs.csv `sandbox_*`; runs without them add 0)."""
+    present = [c for c in SANDBOX_COLUMNS if c in rows.columns]
+    totals = [(c.removeprefix("sandbox_"), int(pd.to_numeric(rows[c], errors="coerce").fillna(0).sum()))
+              for c in present]
+    return tuple((status, n) for status, n in totals if n > 0)
 
 
 def aggregate_runs(rows: pd.DataFrame) -> Aggregate:
@@ -143,4 +152,5 @@ def aggregate_runs(rows: pd.DataFrame) -> Aggregate:
         throughput=throughput,
         timing_docs=timing_docs,
         timing_agreement=agreement,
+        sandbox=_sandbox(rows),
     )

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dllm_bench.report.aggregate import Aggregate
 from dllm_bench.report.build import CellResult, reference_result, reproduced_value
 from dllm_bench.report.published import decimals
 from dllm_bench.report.tables import METRIC_LABELS, TableSpec
@@ -97,13 +98,19 @@ def _ours_text(spec: TableSpec, result: CellResult, e: Entry) -> str:
     return text + mode_mark(spec, result, e)
 
 
+def verdict_mark(result: CellResult, e: Entry, note: int | None) -> str:
+    """` [n]` on the accuracy line of a code-task cell: note n counts its sandbox verdicts."""
+    agg = result.aggregate
+    return f" [{note}]" if note is not None and e.metric == "accuracy" and agg is not None and agg.sandbox else ""
+
+
 def cell_text(spec: TableSpec, result: CellResult, e: Entry, note: int | None) -> str:
     """`published / reproduced (delta)`; a cell without a run says `missing [n]` or `n/a [n]`."""
     mark = f" [{note}]" if note is not None else ""
     if e.reproduced is not None:
-        ours = _ours_text(spec, result, e)
+        ours = _ours_text(spec, result, e) + verdict_mark(result, e, note)
     elif result.status == "ok":  # the run exists but this metric needs another cell (speedup reference)
-        ours = "missing" + mark
+        ours = "missing"
     else:
         ours = ("missing" if result.status == "missing" else "n/a") + mark
     if spec.paper is None:
@@ -125,24 +132,41 @@ def _grid(results: list[CellResult]) -> tuple[list[tuple], list[tuple], dict]:
 
 
 def _notes(results: list[CellResult]) -> dict[int, int]:
-    """Footnote number per cell needing one (missing run, unavailable, or a speedup whose reference is missing)."""
+    """Footnote number per cell needing one (missing run, unavailable, or a speedup whose reference is missing),
+    then per code-task cell, whose note counts its samples' sandbox verdicts."""
     numbers: dict[int, int] = {}
     for r in results:
         if r.status != "ok" and id(r) not in numbers:
             numbers[id(r)] = len(numbers) + 1
+    for r in results:
+        if r.status == "ok" and r.aggregate is not None and r.aggregate.sandbox and id(r) not in numbers:
+            numbers[id(r)] = len(numbers) + 1
     return numbers
+
+
+def sandbox_note(agg: Aggregate) -> str:
+    """`sandbox verdicts: 150 passed, 10 failed, 3 timeout, 1 killed` over the cell's pooled samples."""
+    counts = ", ".join(f"{n} {status}" for status, n in agg.sandbox)
+    repeats = f" over {agg.n_repeats} repeats" if agg.n_repeats > 1 else ""
+    return f"sandbox verdicts{repeats}: {counts} (samples.jsonl `sandbox_status`, docs/sandbox.md)"
 
 
 def _note_lines(results: list[CellResult], numbers: dict[int, int]) -> list[str]:
     lines = []
-    for r in results:
-        if id(r) not in numbers:
+    for r in sorted((r for r in results if id(r) in numbers), key=lambda r: numbers[id(r)]):
+        if r.status == "ok":
+            lines.append(f"{numbers[id(r)]}. {cell_label(r)}: {sandbox_note(r.aggregate)}")
             continue
         text = f"{numbers[id(r)]}. {r.reason}"
         if r.command:
             text += f": `{r.command}`"
         lines.append(text)
     return lines
+
+
+def cell_label(r: CellResult) -> str:
+    """`row / column` of a cell, for a note that is not about a missing run."""
+    return " / ".join(" ".join(k for k in key if k) for key in (r.cell.row, r.cell.col))
 
 
 OFFLINE_NOTE = ("Offline machines: add `task.data_dir=<folder with the benchmark's files>` (e.g. "

@@ -24,6 +24,7 @@ from dllm_bench.runner.summary import PAPER_CUT_COLUMN, count_column, summarise,
 from dllm_bench.runner.validate import ConfigError, build_task, validate_config
 from dllm_bench.tasks import Task
 from dllm_bench.tasks.chat import render_prompt
+from dllm_bench.tasks.executed import verdict_fields
 
 log = logging.getLogger("dllm_bench.run")
 
@@ -140,7 +141,7 @@ def decode_batch(engine: Engine, task: Task, docs: list[dict], indices: list[int
             "decode_time_s": gen.decode_time_s,
             "batch_size": len(docs),
             "rank": rank,
-            **({"isolation": score.details["isolation"]} if "isolation" in score.details else {}),
+            **verdict_fields(score.details),  # code tasks: isolation, sandbox_status, sandbox_reason
         })
         if gen.trace is not None:
             traces.append({"sample_id": str(doc["sample_id"]), "doc_index": index, **gen.trace})

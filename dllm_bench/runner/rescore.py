@@ -20,6 +20,7 @@ from dllm_bench.runner.store import ResultsStore, _atomic_write_text, read_jsonl
 from dllm_bench.runner.summary import count_column, summarise, summarise_timing
 from dllm_bench.runner.validate import ConfigError, build_task
 from dllm_bench.tasks.base import SCORING_MODES
+from dllm_bench.tasks.executed import verdict_fields
 
 
 class RescoreError(ValueError):
@@ -88,7 +89,7 @@ def rescore_run(run_dir: Path | str, mode: str, workers: int | None = None) -> d
     rows = []
     for row, score in zip(samples, scores):
         new = dict(row, completion=row[field], extracted=score.extracted, gold=score.gold,
-                   correct=bool(score.correct), scoring=mode)
+                   correct=bool(score.correct), scoring=mode, **verdict_fields(score.details))
         new["tokens_per_forward"] = new[counted] / new["nfe"] if new["nfe"] else math.nan
         rows.append(new)
     generation_id = info.get("generation_run_id") or info["run_id"]

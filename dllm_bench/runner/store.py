@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from dllm_bench.runner.summary import RUN_INFO_COLUMNS, SUMMARY_COLUMNS, TIMING_PASS_COLUMNS
+from dllm_bench.runner.summary import RUN_INFO_COLUMNS, SANDBOX_COLUMNS, SUMMARY_COLUMNS, TIMING_PASS_COLUMNS
 
 
 def _repair_tail(path: Path) -> None:
@@ -81,9 +81,9 @@ def _atomic_write_text(path: Path, text: str) -> None:
 
 def schema_order(columns: Iterable[str]) -> list[str]:
     """runs.csv columns in schema order whatever order runs arrive in: run_id, name, the config keys sorted,
-    the summary columns, the batch-1 timing pass's, then the run's bookkeeping (each only where present)."""
+    the summary columns, the sandbox verdict counts, the batch-1 timing pass's, then the run's bookkeeping (each only where present)."""
     present = set(columns)
-    after = (*SUMMARY_COLUMNS, *TIMING_PASS_COLUMNS, *RUN_INFO_COLUMNS)
+    after = (*SUMMARY_COLUMNS, *SANDBOX_COLUMNS, *TIMING_PASS_COLUMNS, *RUN_INFO_COLUMNS)
     config = sorted(present - {"run_id", "name", *after})
     tail = [c for c in after if c in present]
     return [c for c in ("run_id", "name") if c in present] + config + tail

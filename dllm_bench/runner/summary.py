@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from dllm_bench.tasks.sandbox import STATUSES
+
 Z95 = 1.959963984540054
 # scoring=paper counts the `cut` rule exactly as the LLaDA evaluation did (runner/completions.paper_completion)
 PAPER_CUT_COLUMN = "tokens_cut_paper"
@@ -56,7 +58,15 @@ def summarise(rows: list[dict[str, Any]], count_rule: str, scoring: str = "lm_ev
         "wall_time_s_total": wall_total,
         **both,
         "count_rule": count_rule,
+        **sandbox_counts(rows),
     }
+
+
+def sandbox_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Code tasks: how many samples got each sandbox verdict (`sandbox_<status>`); empty for other tasks."""
+    if not any("sandbox_status" in r for r in rows):
+        return {}
+    return {f"sandbox_{s}": sum(r.get("sandbox_status") == s for r in rows) for s in STATUSES}
 
 
 def summarise_timing(timed: list[dict[str, Any]], rows: list[dict[str, Any]], count_rule: str,
@@ -89,6 +99,8 @@ TIMING_KEYS = ("tokens_per_s", "latency_s_mean", "wall_time_s_total", "timing_to
 SUMMARY_COLUMNS = ("n_samples", "n_correct", "accuracy", "accuracy_ci_low", "accuracy_ci_high", "nfe_mean",
                    "nfe_total", "steps_mean", "tokens_total", "tokens_per_forward", "tokens_per_s", "latency_s_mean",
                    "wall_time_s_total", "count_rule")
+# code tasks: samples per sandbox verdict (docs/sandbox.md, "The verdict"), after the summary columns
+SANDBOX_COLUMNS = tuple(f"sandbox_{s}" for s in STATUSES)
 # the batched mode's batch-1 timing pass (only in runs with `timing_docs`), after the summary columns
 TIMING_PASS_COLUMNS = ("timing_batch_size", "timing_n_samples", "timing_tokens_total", "timing_tokens_per_s",
                        "timing_latency_s_mean", "timing_wall_time_s_total", "timing_agreement")

@@ -5,6 +5,18 @@ from __future__ import annotations
 from dllm_bench.tasks.base import Score, Task
 from dllm_bench.tasks.sandbox import ExecResult, SandboxUnavailable, execute, execute_many, require_isolation
 
+VERDICT_FIELDS = ("isolation", "sandbox_status", "sandbox_reason")
+
+
+def verdict_fields(details: dict) -> dict[str, str]:
+    """A code task's sample-row fields: how it was isolated and the sandbox's verdict with its reason (one line),
+    so a wrong answer and a killed or timed-out program read differently in samples.jsonl. Empty otherwise."""
+    if "status" not in details:
+        return {}
+    reason = str(details.get("reason") or "").strip()
+    return {"isolation": details.get("isolation", ""), "sandbox_status": details["status"],
+            "sandbox_reason": reason.splitlines()[0] if reason else ""}
+
 
 class ExecutedTask(Task):
     """A task whose ``program(code, doc)`` must run to its end; subclasses set ``gold_key``.

@@ -25,7 +25,7 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, fields
 from functools import lru_cache
 from pathlib import Path
@@ -39,6 +39,7 @@ HOST_UID_BASE, HOST_UID_SPAN = 2_000_000_000, 140_000_000  # per-sample host uid
 OPT_IN = "task.allow_unisolated=true"
 WORKDIR = "/sandbox"  # the program's private tmpfs (and its /tmp); a path no interpreter prefix uses
 FULL, WEAK = "bwrap", "rlimits+audit"
+STATUSES = ("passed", "failed", "timeout", "killed", "no_sentinel", "error")  # ExecResult.status
 CPU_GRACE_S = 0.25  # the sample's processes together may use timeout_s + this (interpreter start-up) of CPU
 BWRAP_PROCESSES = 4  # bwrap's own processes in a sample's cgroup (two-bwrap path: launcher, init, twice)
 UID0_CAN = ("as uid 0 without capabilities (when the interpreter is unreadable by other users) a program can "
@@ -670,6 +671,10 @@ def execute_many(programs: list[str], timeout_s: float = 10.0, workers: int | No
     try:
         futures = [pool.submit(execute, p, timeout_s, limits, allow_unisolated=allow_unisolated,
                                wall_timeout_s=wall_timeout_s, cancel=cancel) for p in programs]
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)  # a failure (or Ctrl-C here) stops the rest at once
+        failed = next((f.exception() for f in done if f.exception() is not None), None)
+        if failed is not None:
+            raise failed
         return [f.result() for f in futures]
     except BaseException:
         cancel.set()
