@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 import threading
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tasks"
+SYSTEM_PYTHON = os.path.realpath("/usr/bin/python3") if os.path.exists("/usr/bin/python3") else ""
 
 
 @pytest.fixture(scope="session")
@@ -81,3 +83,36 @@ def loopback_listener(backlog: int = 4) -> Iterator[tuple[int, list[bytes]]]:
 def loopback():
     """The `loopback_listener` context manager, for tests in this folder (it is not a package to import from)."""
     return loopback_listener
+
+
+@pytest.fixture
+def use_bwrap_path(monkeypatch):
+    """use(name): force one of root's two sandbox paths (docs/sandbox.md, "Why bubblewrap") for this test:
+    "two_bwrap" (a view built for an interpreter under a 0700 home) or "one_bwrap" (the system interpreter,
+    readable by every user)."""
+    from dllm_bench.tasks import sandbox
+
+    def use(name: str) -> None:
+        if os.geteuid() != 0:
+            pytest.skip("the two bwrap paths are root's; a plain user always takes one bwrap")
+        if sandbox.isolation_unavailable_reason() is not None:
+            pytest.fail(f"OS isolation must work on this machine: {sandbox.isolation_unavailable_reason()}")
+        if name == "two_bwrap":
+            if not sandbox._python_roots(False):
+                pytest.skip("the interpreter lives under /usr: there is no prefix to build a view for")
+            monkeypatch.setattr(sandbox, "_traversable", lambda directory: False)
+        else:
+            if not (SYSTEM_PYTHON and sandbox._traversable(os.path.dirname(SYSTEM_PYTHON))):
+                pytest.skip("no interpreter readable by every user in /usr/bin")
+            monkeypatch.setattr(sandbox, "_python_argv",
+                                lambda site: [SYSTEM_PYTHON, "-I", *([] if site else ["-S"])])
+            monkeypatch.setattr(sandbox, "_python_roots", lambda site: [])
+        assert sandbox.two_bwrap_path(sandbox._new_host_uid(), False) == (name == "two_bwrap")
+
+    return use
+
+
+@pytest.fixture(scope="session")
+def system_python() -> str:
+    """The system interpreter any user can read ("" if there is none)."""
+    return SYSTEM_PYTHON

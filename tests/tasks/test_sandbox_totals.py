@@ -20,31 +20,12 @@ from dllm_bench.tasks import sandbox, sandbox_cgroup
 from dllm_bench.tasks.sandbox import Limits, execute, execute_many
 
 ROOT = Path(__file__).resolve().parents[2]
-SYSTEM_PYTHON = os.path.realpath("/usr/bin/python3") if os.path.exists("/usr/bin/python3") else ""
 HOOK_OFF = Limits(audit_hook=False)
 
 
-def _use_path(name: str, monkeypatch) -> None:
-    """Force one of root's two bwrap paths (docs/sandbox.md, "Why bubblewrap")."""
-    if os.geteuid() != 0:
-        pytest.skip("the two bwrap paths are root's; a plain user always takes one bwrap")
-    if sandbox.isolation_unavailable_reason() is not None:
-        pytest.fail(f"OS isolation must work on this machine: {sandbox.isolation_unavailable_reason()}")
-    if name == "two_bwrap":
-        if not sandbox._python_roots(False):
-            pytest.skip("the interpreter lives under /usr: there is no prefix to build a view for")
-        monkeypatch.setattr(sandbox, "_traversable", lambda directory: False)
-    else:
-        if not (SYSTEM_PYTHON and sandbox._traversable(os.path.dirname(SYSTEM_PYTHON))):
-            pytest.skip("no interpreter readable by every user in /usr/bin")
-        monkeypatch.setattr(sandbox, "_python_argv", lambda site: [SYSTEM_PYTHON, "-I", *([] if site else ["-S"])])
-        monkeypatch.setattr(sandbox, "_python_roots", lambda site: [])
-    assert sandbox.two_bwrap_path(sandbox._new_host_uid(), False) == (name == "two_bwrap")
-
-
 @pytest.fixture(params=["two_bwrap", "one_bwrap"])
-def bwrap_path(request, monkeypatch) -> str:
-    _use_path(request.param, monkeypatch)
+def bwrap_path(request, use_bwrap_path) -> str:
+    use_bwrap_path(request.param)
     return request.param
 
 
@@ -136,11 +117,11 @@ def test_shared_memory_dev_and_work_dir_are_sized(bwrap_path):
     assert [r.status for r in results] == ["passed"] * 3, [(r.status, r.reason) for r in results]
 
 
-def test_the_fallback_without_a_cgroup_keeps_its_bounds(no_cgroup, monkeypatch):
+def test_the_fallback_without_a_cgroup_keeps_its_bounds(no_cgroup, use_bwrap_path):
     """No writable cgroup: processes per uid (RLIMIT_NPROC), SysV shm refused, /dev/shm, /dev and the work dir
     as on the cgroup path; each process's own CPU time. What it cannot bound (memory and CPU summed) is in
     docs/sandbox.md."""
-    _use_path("two_bwrap", monkeypatch)
+    use_bwrap_path("two_bwrap")
     assert sandbox_cgroup.SampleCgroup.create(1 << 30, 10) is None
     results = execute_many([FORK_COUNT, SYSV_SHM, SHM_AND_DEV, WORK_DIR_FULL, "while True:\n    pass\n"], timeout_s=1,
                            workers=3, limits=SMALL, wall_timeout_s=60)
@@ -180,10 +161,10 @@ def _wait_for(predicate, limit_s: float) -> bool:
 
 
 @pytest.mark.parametrize("how", ["SIGKILL", "SIGINT"])
-def test_no_sample_outlives_the_harness(bwrap_path, how):
+def test_no_sample_outlives_the_harness(bwrap_path, how, system_python):
     mark = _new_mark()
     program = DAEMONS.replace("MARK", repr(mark))
-    harness = subprocess.Popen([sys.executable, "-c", HARNESS, bwrap_path, SYSTEM_PYTHON, "on", program],
+    harness = subprocess.Popen([sys.executable, "-c", HARNESS, bwrap_path, system_python, "on", program],
                                env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     try:
@@ -198,12 +179,12 @@ def test_no_sample_outlives_the_harness(bwrap_path, how):
         _kill(_marked(mark))
 
 
-def test_no_sample_outlives_a_killed_harness_without_a_cgroup():
+def test_no_sample_outlives_a_killed_harness_without_a_cgroup(system_python):
     """The fallback on the two-bwrap path: the first bwrap's own PID namespace dies with the harness."""
     if os.geteuid() != 0 or not sandbox._python_roots(False):
         pytest.skip("the two-bwrap path needs root and an interpreter outside /usr")
     mark = _new_mark()
-    harness = subprocess.Popen([sys.executable, "-c", HARNESS, "two_bwrap", SYSTEM_PYTHON, "off",
+    harness = subprocess.Popen([sys.executable, "-c", HARNESS, "two_bwrap", system_python, "off",
                                 DAEMONS.replace("MARK", repr(mark))], env={**os.environ, "PYTHONPATH": str(ROOT)},
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
