@@ -1,5 +1,5 @@
 """Code tasks in a run: the sandbox refuses before any model is loaded, the opt-in key is real, and every
-sample records the isolation its program got."""
+sample records the isolation its program got and the sandbox's verdict (runs.csv counts them)."""
 
 from __future__ import annotations
 
@@ -35,6 +35,9 @@ def test_each_sample_records_its_isolation(compose_cfg, llada_overrides, monkeyp
     rows = read_jsonl(run / "samples.jsonl")
     assert row["n_samples"] == 2 and len(rows) == 2
     assert {r["isolation"] for r in rows} == {"rlimits+audit" if unavailable else "bwrap"}
+    assert all(r["sandbox_status"] in sandbox.STATUSES and "\n" not in r["sandbox_reason"] for r in rows)
+    assert all(r["correct"] == (r["sandbox_status"] == "passed") for r in rows)
+    assert sum(row[f"sandbox_{s}"] for s in sandbox.STATUSES) == 2
 
 
 @pytest.mark.parametrize(("options", "match"), [
