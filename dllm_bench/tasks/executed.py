@@ -96,7 +96,10 @@ class ExecutedTask(Task):
                    "wall_limit_s": self.wall_timeout_s}
         if self.code_eval:
             said = code_eval_result(result.stderr, result.passed)
-            if said == "timed out" or (not said and result.status == "timeout"):
+            if not said and result.status == "timeout":
+                said = "timed out"  # still running at code_eval's kill time: its result reads the same
+            details["code_eval_result"] = said or None
+            if said == "timed out":
                 details.update(status="timeout", reason=f"code_eval: wall-clock limit of {self.wall_timeout_s:g} s")
             elif said:
                 details["reason"] = "code_eval: " + said
