@@ -59,7 +59,7 @@ class ExecutedTask(Task):
     def program(self, code: str, doc: dict) -> str:
         raise NotImplementedError
 
-    def _run_spec(self) -> tuple[Limits | None, float]:
+    def run_spec(self) -> tuple[Limits | None, float]:
         """(sandbox limits, sandbox wall-clock backstop). code_eval ran in the evaluating process's environment, so
         paper mode sees the installed packages; under OS isolation the audit hook (which refuses the ctypes that
         numpy loads) is dropped, the OS being the boundary."""
@@ -75,7 +75,7 @@ class ExecutedTask(Task):
 
     def score(self, completion: str, doc: dict) -> Score:
         code = self.extract(completion, doc)
-        limits, wall = self._run_spec()
+        limits, wall = self.run_spec()
         result = execute(self.executed_program(code, doc), self.timeout_s, limits,
                          allow_unisolated=self.allow_unisolated, wall_timeout_s=wall)
         return self._verdict(code, doc, result)
@@ -85,7 +85,7 @@ class ExecutedTask(Task):
         if len(completions) != len(docs):
             raise ValueError(f"{len(completions)} completions for {len(docs)} docs")
         codes = [self.extract(c, d) for c, d in zip(completions, docs)]
-        limits, wall = self._run_spec()
+        limits, wall = self.run_spec()
         results = execute_many([self.executed_program(c, d) for c, d in zip(codes, docs)], self.timeout_s, workers,
                                limits, allow_unisolated=self.allow_unisolated, wall_timeout_s=wall)
         return [self._verdict(c, d, r) for c, d, r in zip(codes, docs, results)]
