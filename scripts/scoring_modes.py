@@ -3,7 +3,10 @@
     python scripts/scoring_modes.py                         # ../shared/data beside the checkout, 4 workers
     python scripts/scoring_modes.py --data ../shared/data --workers 8 --only humaneval
 
-No model: every completion is built from the reference solutions; programs run in the sandbox.
+No model: every completion is built from the reference solutions; programs run in the sandbox. For the code
+tasks the last columns give lm-eval's own pipeline (the same in 0.4.8 and 0.4.13: the raw completion, HumanEval
+as prompt + completion cut at its stop strings, executed with code_eval's semantics) and on how many rows
+`lm_eval` mode's verdict differs from it.
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from dllm_bench.tasks import get_task  # noqa: E402
+from dllm_bench.tasks.code_eval_semantics import code_eval_program  # noqa: E402
+from dllm_bench.tasks.code_extract import cut_at_stops  # noqa: E402
+from dllm_bench.tasks.sandbox import execute_many  # noqa: E402
 
 MODES = ("paper", "lm_eval")
 
@@ -52,12 +58,23 @@ MBPP_STYLES: dict[str, Callable[[dict], str]] = {
 }
 
 
-def count(task_name: str, mode: str, make: Callable[[dict], str], workers: int, **cfg) -> tuple[int, int]:
-    """(correct, scored) for the completions `make(doc)` under `mode`."""
+def verdicts(task_name: str, mode: str, make: Callable[[dict], str], workers: int, **cfg) -> list[bool]:
+    """Per-row verdicts for the completions `make(doc)` under `mode`."""
     task = get_task(task_name, scoring=mode, **cfg)
     docs = task.docs()
-    scores = task.score_many([make(d) for d in docs], docs, workers=workers)
-    return sum(s.correct for s in scores), len(docs)
+    return [s.correct for s in task.score_many([make(d) for d in docs], docs, workers=workers)]
+
+
+def lm_eval_itself(task_name: str, make: Callable[[dict], str], workers: int, **cfg) -> list[bool]:
+    """Per-row verdicts of lm-eval's own mbpp / humaneval (identical in 0.4.8 and 0.4.13)."""
+    if task_name == "mbpp":  # scoring=paper is lm-eval's mbpp: raw completion + the three asserts, code_eval
+        return verdicts("mbpp", "paper", make, workers, **cfg)
+    task = get_task("humaneval", scoring="paper", **cfg)
+    docs = task.docs()
+    programs = [code_eval_program(f"{d['prompt']}{cut_at_stops(make(d), task.stop_strings)}\n{d['test']}\n"
+                                  f"check({d['entry_point']})", task.wall_timeout_s) for d in docs]
+    limits, wall = task.run_spec()
+    return [r.passed for r in execute_many(programs, task.timeout_s, workers, limits, wall_timeout_s=wall)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,11 +100,16 @@ def main(argv: list[str] | None = None) -> int:
     if not args.only or "mbpp" in args.only:
         jobs += [("MBPP", s, "mbpp", f, {"data_files": str(data / "mbpp" / "mbpp.jsonl"), "timeout_s": 30})
                  for s, f in MBPP_STYLES.items()]
-    print("| task | completions | paper | lm_eval |\n|---|---|---|---|")
+    print("| task | completions | paper | lm_eval | lm-eval itself | lm_eval mode differs on |\n|---|---|---|---|---|---|")
     for label, style, name, make, cfg in jobs:
-        result = {mode: count(name, mode, make, args.workers, **cfg) for mode in MODES}
-        cells = [f"{result[m][0]} / {result[m][1]}" for m in MODES]
-        print(f"| {label} | {style} | {cells[0]} | {cells[1]} |", flush=True)
+        result = {mode: verdicts(name, mode, make, args.workers, **cfg) for mode in MODES}
+        cells = [f"{sum(result[m])} / {len(result[m])}" for m in MODES]
+        if name in ("humaneval", "mbpp"):
+            itself = lm_eval_itself(name, make, args.workers, **cfg)
+            cells += [f"{sum(itself)} / {len(itself)}", str(sum(a != b for a, b in zip(itself, result["lm_eval"])))]
+        else:
+            cells += ["= lm_eval", "0"]
+        print(f"| {label} | {style} | {' | '.join(cells)} |", flush=True)
     return 0
 
 

@@ -33,6 +33,7 @@ class Aggregate:
     timing_docs: int | None = None          # documents per repeat of the batch-1 timing pass ("timed")
     timing_agreement: float | None = None   # share of them whose batch-1 tokens equal the batched ones
     sandbox: tuple[tuple[str, int], ...] = ()  # code tasks: (verdict, samples) over every pooled run, non-zero only
+    math_verify: tuple[str, ...] = ()       # math-verify versions that scored the pooled runs (runs.csv `math_verify`)
 
 
 # "batch1": the runs' own timing at batch 1 (or batch size not recorded); "timed": the batched mode, tokens/s from
@@ -74,6 +75,12 @@ def _repeat_speed(rows: pd.DataFrame, tokens: str, wall: str, own: str) -> pd.Se
         one = single["count"] == 1
         speed[one] = pd.to_numeric(single.loc[one, "first"])
     return speed
+
+
+def _math_verify(rows: pd.DataFrame) -> tuple[str, ...]:
+    if "math_verify" not in rows:
+        return ()
+    return tuple(sorted({str(v) for v in rows["math_verify"] if isinstance(v, str) and v and v != "nan"}))
 
 
 def _batch_size(rows: pd.DataFrame) -> int | None:
@@ -153,4 +160,5 @@ def aggregate_runs(rows: pd.DataFrame) -> Aggregate:
         timing_docs=timing_docs,
         timing_agreement=agreement,
         sandbox=_sandbox(rows),
+        math_verify=_math_verify(rows),
     )

@@ -228,13 +228,24 @@ def _grid_lines(spec: TableSpec, results: list[CellResult], rows: list, cols: li
     return out
 
 
+def scoring_line(results: list[CellResult]) -> list[str]:
+    """The table's scoring mode(s) and the math-verify version(s) that scored its runs (as lines, or none)."""
+    modes = sorted({r.config["task"].get("scoring", "lm_eval") for r in results if r.config and "task" in r.config})
+    if not modes:
+        return []
+    versions = sorted({v for r in results if r.aggregate is not None for v in r.aggregate.math_verify})
+    scored_runs = any(r.aggregate is not None for r in results)
+    verify = (f"; math-verify {'/'.join(versions)}" if versions else
+              "; math-verify version not recorded by these runs" if scored_runs else "")
+    return [f"Scored with `task.scoring={'/'.join(modes)}`{verify} (docs/tasks.md, \"Scoring modes\").", ""]
+
+
 def to_markdown(spec: TableSpec, results: list[CellResult]) -> str:
     """The table in the paper's layout (rows x columns, one line per metric) with notes and assumptions."""
     rows, cols, by_key = _grid(results)
     numbers = _notes(results)
     header = [spec.row_header, "Metric", *[spec.label_col(c) for c in cols]]
-    modes = sorted({r.config["task"].get("scoring", "lm_eval") for r in results if r.config and "task" in r.config})
-    scored = [f"Scored with `task.scoring={'/'.join(modes)}` (docs/tasks.md, \"Scoring modes\").", ""] if modes else []
+    scored = scoring_line(results)
     lines = [f"## {spec.title}", "", _legend(spec), "", *scored,
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for _, fields in _grid_lines(spec, results, rows, cols, by_key, numbers):

@@ -13,7 +13,8 @@ from typing import Any
 import torch
 
 LIBRARIES = ("dllm-bench", "torch", "transformers", "tokenizers", "safetensors", "hydra-core", "omegaconf",
-             "numpy", "accelerate", "lm-eval")
+             "numpy", "accelerate", "lm-eval", "math-verify")
+SCORING_LIBRARIES = ("math-verify",)  # scores depend on its version (MATH gold: 4029 of 5000 with 0.9.0, 4026 with 0.7.0)
 REPO_DIR = Path(__file__).resolve().parents[2]
 
 
@@ -57,6 +58,11 @@ def is_loaded(loads: list[float | None], cpus: int) -> bool | None:
     queued for CPUs) at the start or end of a run; None when no load average was recorded."""
     known = [x for x in loads if x is not None]
     return max(known) > cpus if known else None
+
+
+def scoring_versions() -> dict[str, str | None]:
+    """Versions of the libraries that decide verdicts in this process (recorded where a run is scored)."""
+    return {name: _version(name) for name in SCORING_LIBRARIES}
 
 
 def environment_info() -> dict[str, Any]:

@@ -15,7 +15,13 @@ from omegaconf import DictConfig
 from dllm_bench.models.loading import checkpoint_fingerprint
 from dllm_bench.runner.completions import COUNT_KEYS, completion_texts, eos_token_id, paper_completion
 from dllm_bench.runner.config import compute_run_id, flatten
-from dllm_bench.runner.environment import cpu_count, environment_info, is_loaded, load_average
+from dllm_bench.runner.environment import (
+    cpu_count,
+    environment_info,
+    is_loaded,
+    load_average,
+    scoring_versions,
+)
 from dllm_bench.runner.interface import Engine, EngineFactory, Generation
 from dllm_bench.runner.progress import RunProgress, TimingProgress
 from dllm_bench.runner.sharding import DistContext, barrier, init_distributed, shard, shutdown
@@ -293,6 +299,7 @@ def _finalise(c: dict[str, Any], run_id: str, store: ResultsStore, all_docs: lis
         "config": c,
         "summary": summary,
         "environment": env,
+        "scoring_versions": scoring_versions(),
         "device_name": device_name,
         "started_at": sessions[0]["started_at"],
         "finished_at": sessions[-1]["finished_at"],
@@ -302,6 +309,7 @@ def _finalise(c: dict[str, Any], run_id: str, store: ResultsStore, all_docs: lis
     row = {"run_id": run_id, **flatten(c), **summary, "task_docs": len(all_docs), "world_size": ctx.world_size,
            "device_name": device_name, **machine,
            "machine_loaded": True if True in loaded else None if None in loaded or not loaded else False,
-           "git_commit": env.get("git_commit"), "started_at": info["started_at"], "finished_at": info["finished_at"]}
+           "git_commit": env.get("git_commit"), "math_verify": info["scoring_versions"]["math-verify"],
+           "started_at": info["started_at"], "finished_at": info["finished_at"]}
     store.upsert_runs_csv(row)
     return row

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dllm_bench.runner.config import flatten
+from dllm_bench.runner.environment import scoring_versions
 from dllm_bench.runner.store import ResultsStore, _atomic_write_text, read_jsonl
 from dllm_bench.runner.summary import count_column, summarise, summarise_timing
 from dllm_bench.runner.validate import ConfigError, build_task
@@ -100,11 +101,13 @@ def rescore_run(run_dir: Path | str, mode: str, workers: int | None = None) -> d
     timed = timing_subsample(run_dir, rows, config.get("timing_docs"))
     if timed is not None:  # the batched mode: the generation run's batch-1 pass, counted under `mode`
         summary.update(summarise_timing(timed, rows, config["count_rule"], mode))
-    extra = {"rescored_from": info["run_id"], "generation_run_id": generation_id, "rescored_at": _now()}
+    extra = {"rescored_from": info["run_id"], "generation_run_id": generation_id, "rescored_at": _now(),
+             "scoring_versions": scoring_versions()}  # this process scored the rows, whatever the generation used
     store.write_run_json({**info, "run_id": run_id, "config": config, "summary": summary, **extra})
     env = info.get("environment") or {}
     row = {"run_id": run_id, **flatten(config), **summary, "world_size": 1, "device_name": info.get("device_name"),
-           "git_commit": env.get("git_commit"), "started_at": info.get("started_at"),
+           "git_commit": env.get("git_commit"), "math_verify": extra["scoring_versions"]["math-verify"],
+           "started_at": info.get("started_at"),
            "finished_at": info.get("finished_at"), "rescored_from": info["run_id"], "generation_run_id": generation_id}
     store.upsert_runs_csv(row)
     return row

@@ -51,8 +51,12 @@ def _unicode_punctuation_table() -> dict[int, None]:
     return dict.fromkeys(i for i in range(sys.maxunicode) if unicodedata.category(chr(i)).startswith("P"))
 
 
-def multi_choice_extract(completion: str, choices: list[str]) -> str:
-    """lm-eval `multi_choice_regex` (last '(X)'; else a choice's text; else ': X'), ignoring case and punctuation."""
+def multi_choice_extract(completion: str, choices: list[str], longest_first: bool = True) -> str:
+    """lm-eval `multi_choice_regex` (last '(X)'; else a choice's text; else ': X'), ignoring case and punctuation.
+
+    The choice texts form one alternation: 0.4.13 orders it longest first; 0.4.8 (`longest_first=False`) in choice
+    order, so where a choice's text is contained in a later one's, the earlier choice matches inside the later.
+    """
     def ignore(s: str) -> str:
         return s.lower().translate(_unicode_punctuation_table())
 
@@ -60,7 +64,8 @@ def multi_choice_extract(completion: str, choices: list[str]) -> str:
     match = _find(LETTER_REGEX, completion, -1, {})
     if not match:
         text_to_letter = {ignore(c.strip()): f"({a})" for c, a in zip(choices, letters)}
-        by_text = re.compile("|".join(sorted((re.escape(ignore(c.strip())) for c in choices), key=len, reverse=True)))
+        branches = [re.escape(ignore(c.strip())) for c in choices]
+        by_text = re.compile("|".join(sorted(branches, key=len, reverse=True) if longest_first else branches))
         match = _find(by_text, ignore(completion), -1, text_to_letter)
         if not match:
             by_letter = re.compile(rf":[\s]*({'|'.join(letters)})")
@@ -92,7 +97,7 @@ class GPQA(Task):
 
     scoring=paper: lm-eval 0.4.8's preprocessing, which deletes `[...]` spans from the choices (not the
     question); the gold letter is still `choices.index(correct)`, i.e. the first copy when deletion made
-    two choices identical.
+    two choices identical; and its flexible filter's choice-text alternation in choice order.
     """
 
     name = "gpqa"
@@ -152,11 +157,11 @@ class GPQA(Task):
     def extract(self, completion: str, doc: dict) -> str:
         if self.filter == "strict-match":
             return regex_filter(completion, STRICT_REGEX)
-        return multi_choice_extract(completion, doc["choices"])
+        return multi_choice_extract(completion, doc["choices"], self.scoring != "paper")
 
     def score(self, completion: str, doc: dict) -> Score:
         strict = regex_filter(completion, STRICT_REGEX)
-        flexible = multi_choice_extract(completion, doc["choices"])
+        flexible = multi_choice_extract(completion, doc["choices"], self.scoring != "paper")
         gold = normalize_letter(doc["answer"])
         verdicts = {"strict-match": normalize_letter(strict) == gold, "flexible-extract": normalize_letter(flexible) == gold}
         return Score(correct=verdicts[self.filter], extracted=strict if self.filter == "strict-match" else flexible,

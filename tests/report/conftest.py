@@ -42,7 +42,7 @@ def write_runs(path: Path, table: str, runs: list[tuple[dict[str, Any], dict[str
         flat.pop("count_rule", None)
         # as the runner records it: the content fingerprint of the checkpoint the run used
         flat["model.fingerprint"] = checkpoint_fingerprint(cfg["model"]["name_or_path"])
-        rows.append({"run_id": f"fixture-{i}", **flat, **metrics, "count_rule": cfg["count_rule"]})
+        rows.append({"run_id": f"fixture-{i}", **flat, **metrics, "count_rule": cfg["count_rule"], "math_verify": "0.9.0"})
     columns = list(dict.fromkeys(k for row in rows for k in row))
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="", encoding="utf-8") as handle:

@@ -8,6 +8,7 @@ import multiprocessing as mp
 import os
 import signal
 import time
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,9 @@ def test_layout_and_rerun_skips_finished(compose_cfg, llada_overrides, tmp_path)
     info = json.loads((d / "run.json").read_text())
     assert info["config"]["rule"]["delta"] == 0.25 and info["environment"]["versions"]["torch"]
     assert {"git_commit", "torch_cuda", "python"} <= set(info["environment"]) and info["device_name"]
+    version = metadata.version("math-verify")  # it decides MATH verdicts: recorded in every run's provenance
+    assert info["scoring_versions"] == {"math-verify": version} == {"math-verify": row["math_verify"]}
+    assert info["environment"]["versions"]["math-verify"] == version
     traces = read_jsonl(d / "traces.jsonl")
     assert len(traces) == 6 and sum(len(t["steps"]) for t in traces[:1]) == rows[0]["steps"]
 

@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -119,6 +120,7 @@ def test_round_trip_returns_the_original_accuracy_without_a_model(generated, cap
     assert "accuracy" in capsys.readouterr().out
     back = json.loads((folder / f"{row['run_id']}.paper" / "run.json").read_text())
     assert back["summary"]["accuracy"] == row["accuracy"] and back["generation_run_id"] == row["run_id"]
+    assert back["scoring_versions"]["math-verify"] == lm["math_verify"] == metadata.version("math-verify")
     assert back["summary"]["tokens_total"] == row["tokens_total"]
     original = read_jsonl(folder / row["run_id"] / "samples.jsonl")
     again = read_jsonl(folder / back["run_id"] / "samples.jsonl")

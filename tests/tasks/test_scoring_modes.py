@@ -140,7 +140,7 @@ def test_paper_gpqa_prompts_and_golds_equal_048():
 def test_paper_humaneval_programs_and_verdicts_equal_fast_dllm_postprocess(styles):
     cases = styles["humaneval"]
     assert len(cases) >= 30 and len({c["style"] for c in cases}) >= 10
-    task = get_task("humaneval", scoring="paper", timeout_s=30)
+    task = get_task("humaneval", scoring="paper", timeout_s=30, wall_timeout_s=30)
     docs = {d["sample_id"]: d for d in task.docs()}
     for c in cases:
         assert task.extract(c["answer"], docs[c["task_id"]]) == c["program"], (c["task_id"], c["style"])
@@ -151,7 +151,8 @@ def test_paper_humaneval_programs_and_verdicts_equal_fast_dllm_postprocess(style
 
 def test_paper_mbpp_verdicts_equal_lm_eval_raw_pass_at_1(styles, fixtures_dir):
     cases = styles["mbpp"]
-    task = get_task("mbpp", scoring="paper", data_files=str(fixtures_dir / "mbpp" / "mbpp_test.jsonl"), timeout_s=30)
+    task = get_task("mbpp", scoring="paper", data_files=str(fixtures_dir / "mbpp" / "mbpp_test.jsonl"), timeout_s=30,
+                    wall_timeout_s=30)
     docs = {d["task_id"]: d for d in task.docs()}
     scores = task.score_many([c["answer"] for c in cases], [docs[c["task_id"]] for c in cases], workers=WORKERS)
     assert [s.correct for s in scores] == [c["passed"] for c in cases]
@@ -203,6 +204,6 @@ def test_lm_eval_humaneval_def_line_and_body_164_of_164(load_script):
     answers = [style(d) for d in docs]
     scores = task.score_many(answers, docs, workers=WORKERS)
     assert [d["sample_id"] for d, s in zip(docs, scores) if not s.correct] == []
-    paper = get_task("humaneval", scoring="paper", timeout_s=30)
+    paper = get_task("humaneval", scoring="paper", timeout_s=30, wall_timeout_s=30)
     failed = [d["sample_id"] for d, s in zip(docs, paper.score_many(answers, docs, workers=WORKERS)) if not s.correct]
     assert failed == ["HumanEval/50", "HumanEval/115"]

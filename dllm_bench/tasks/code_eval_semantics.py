@@ -1,0 +1,130 @@
+"""Run a program as HF `evaluate`'s `code_eval` ran it (lm-eval 0.4.8's MBPP/HumanEval metric, Fast-dLLM's HumanEval).
+
+code_eval executes `candidate + "\\n" + test` with `exec(program, {})` in a forked child: the program's
+`__name__` is therefore `"builtins"` (an `if __name__ == "__main__":` block never runs); before that its
+`reliability_guard` replaces the calls below with None (calling one raises TypeError) and hides a few modules
+(importing one raises ImportError; `tempfile` keeps working, its directory having been looked up before the
+guard, and so do the modules of PRELOADED that the program names); stdout/stderr go to a buffer and reading stdin raises OSError; a SIGALRM
+timer raises a timeout exception after `timeout` wall-clock seconds (3.0 by default), and the child is killed
+one second later if it is still alive. Everything else (memory, CPU time) is unlimited there.
+
+`code_eval_program` builds a wrapper program that reproduces this inside our sandbox (which runs it as
+`__main__`): the wrapper reaches its end only when code_eval would report "passed", and otherwise exits with
+status 1 after writing code_eval's own result text ("timed out", "failed: <exception>") to stderr.
+"""
+
+from __future__ import annotations
+
+# reliability_guard's list (evaluate metrics/code_eval/execute.py, as loaded by lm-eval 0.4.8 and 0.4.13;
+# the same list as openai/human-eval's execution.py). Names missing on Linux (lchflags, lchmod) are set too.
+DISABLED_OS = ("kill", "system", "putenv", "remove", "removedirs", "rmdir", "fchdir", "setuid", "fork", "forkpty",
+               "killpg", "rename", "renames", "truncate", "replace", "unlink", "fchmod", "fchown", "chmod", "chown",
+               "chroot", "lchflags", "lchmod", "lchown", "getcwd", "chdir")
+DISABLED_SHUTIL = ("rmtree", "move", "chown")
+DISABLED_SUBPROCESS = ("Popen",)
+DISABLED_BUILTINS = ("exit", "quit", "help")
+HIDDEN_MODULES = ("ipdb", "joblib", "resource", "psutil", "tkinter")
+# Modules already imported in the lm-eval process that forked code_eval's child (measured in lm-eval 0.4.13 with
+# its evaluator, tasks, HF model and code_eval loaded) whose import fails once the guard is on: there a program
+# could use them, so the wrapper imports those the program names before the guard (torch, a 2-5 s import, not).
+PRELOADED = ("multiprocessing", "numpy", "pandas", "scipy")
+
+CODE_EVAL_TIMEOUT_S = 3.0  # code_eval's `timeout` default; lm-eval passes none
+KILL_GRACE_S = 1.0          # code_eval joins the child for timeout + 1 s, then kills it
+STARTUP_ALLOWANCE_S = 2.0   # our sandbox's backstop also covers starting bwrap, the interpreter and PRELOADED
+RESULT_PREFIX = "code_eval: "
+
+_WRAPPER = r'''
+def _code_eval_run(source, seconds):
+    import builtins, contextlib, faulthandler, io, os, re, shutil, signal, subprocess, sys, tempfile
+
+    for name in PRELOADED:
+        if re.search(r"\b%s\b" % name, source):
+            try:
+                __import__(name)
+            except ImportError:
+                pass
+    tempfile.gettempdir()  # code_eval made the child's work dir with tempfile first, so this is cached there too
+
+    class TimeoutException(Exception):
+        pass
+
+    class WriteOnly(io.StringIO):
+        def read(self, *args, **kwargs):
+            raise OSError
+
+        def readline(self, *args, **kwargs):
+            raise OSError
+
+        def readlines(self, *args, **kwargs):
+            raise OSError
+
+        def readable(self, *args, **kwargs):
+            return False
+
+    class redirect_stdin(contextlib._RedirectStream):
+        _stream = "stdin"
+
+    faulthandler.disable()
+    for name in DISABLED_BUILTINS[:2]:
+        setattr(builtins, name, None)
+    os.environ["OMP_NUM_THREADS"] = "1"
+    for module, names in ((os, DISABLED_OS), (shutil, DISABLED_SHUTIL), (subprocess, DISABLED_SUBPROCESS)):
+        for name in names:
+            setattr(module, name, None)
+    for name in DISABLED_BUILTINS[2:]:
+        setattr(builtins, name, None)
+    for name in HIDDEN_MODULES:
+        sys.modules[name] = None
+
+    def on_alarm(signum, frame):
+        raise TimeoutException("Timed out!")
+
+    report, leave = os.write, os._exit
+    try:
+        stream = WriteOnly()
+        with contextlib.redirect_stdout(stream), contextlib.redirect_stderr(stream), redirect_stdin(stream):
+            signal.setitimer(signal.ITIMER_REAL, seconds)
+            signal.signal(signal.SIGALRM, on_alarm)
+            try:
+                exec(source, {})
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+        return
+    except TimeoutException:
+        result = "timed out"
+    except BaseException as e:
+        result = "failed: %s" % (e,)
+    report(2, ("\nRESULT_PREFIX" + result.replace("\n", " ") + "\n").encode("utf-8", "replace"))
+    leave(1)
+
+_code_eval_run(SOURCE, SECONDS)
+'''
+
+
+def code_eval_program(program: str, timeout_s: float = CODE_EVAL_TIMEOUT_S) -> str:
+    """A program that runs `program` under code_eval's semantics and reaches its end only if code_eval passes it."""
+    if not timeout_s > 0:
+        raise ValueError(f"timeout_s={timeout_s!r}: expected a positive number of wall-clock seconds")
+    text = _WRAPPER
+    for name in ("DISABLED_OS", "DISABLED_SHUTIL", "DISABLED_SUBPROCESS", "DISABLED_BUILTINS", "HIDDEN_MODULES",
+                 "PRELOADED"):
+        text = text.replace(name, repr(globals()[name]))
+    text = text.replace("RESULT_PREFIX", RESULT_PREFIX).replace("SECONDS", repr(float(timeout_s)))
+    return text.replace("SOURCE", repr(program))  # last: the program's own text is never rewritten
+
+
+def kill_after_s(timeout_s: float = CODE_EVAL_TIMEOUT_S) -> float:
+    """The sandbox's wall-clock backstop for a code_eval run: code_eval's kill time plus interpreter start-up."""
+    return timeout_s + KILL_GRACE_S + STARTUP_ALLOWANCE_S
+
+
+def code_eval_result(stderr: str, passed: bool) -> str:
+    """code_eval's result text for a wrapper run: "passed", or the wrapper's "timed out" / "failed: ..." line;
+    "" when the sandbox itself ended the run (backstop, memory), which the caller reports from its status."""
+    if passed:
+        return "passed"
+    for line in reversed(stderr.splitlines()):
+        if line.startswith(RESULT_PREFIX):
+            return line[len(RESULT_PREFIX):]
+    return ""
