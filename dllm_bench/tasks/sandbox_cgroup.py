@@ -122,25 +122,27 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _sweep(parent: Path) -> None:
-    """Remove the (empty) sample cgroups a harness that died by a signal left behind."""
-    try:
-        entries = list(parent.iterdir())
-    except OSError:
-        return
-    for entry in entries:
-        pid = entry.name[len(PREFIX):].split("-", 1)[0] if entry.name.startswith(PREFIX) else ""
-        if pid.isdigit() and not _alive(int(pid)):
-            try:
-                entry.rmdir()
-            except OSError:
-                pass
+def _sweep() -> None:
+    """Kill and remove what a harness that died by a signal left in its sample cgroups: bwrap's child can be
+    stuck waiting for a launcher that died in the few instructions before releasing it (no parent-death
+    signal is set by then), and nothing else ends it."""
+    stale: dict[str, list[tuple[Hierarchy, Path]]] = {}
+    for h in hierarchies():
+        try:
+            entries = list(h.parent.iterdir())
+        except OSError:
+            continue
+        for entry in entries:
+            pid = entry.name[len(PREFIX):].split("-", 1)[0] if entry.name.startswith(PREFIX) else ""
+            if pid.isdigit() and not _alive(int(pid)):
+                stale.setdefault(entry.name, []).append((h, entry))
+    for dirs in stale.values():
+        SampleCgroup(dirs).remove(limit_s=1.0)
 
 
 @lru_cache(maxsize=1)
 def _swept() -> bool:
-    for h in hierarchies():
-        _sweep(h.parent)
+    _sweep()
     return True
 
 
