@@ -30,7 +30,7 @@ from dataclasses import dataclass, fields
 from functools import lru_cache
 from pathlib import Path
 
-from dllm_bench.tasks.sandbox_cgroup import SampleCgroup
+from dllm_bench.tasks.sandbox_cgroup import SampleCgroup, start_watchdog
 
 OUTPUT_CAP_BYTES = 8192
 NONCE_BYTES = 32
@@ -437,6 +437,7 @@ def execute(program: str, timeout_s: float = 10.0, limits: Limits | None = None,
     backstop = wall_timeout_s if wall_timeout_s is not None else default_wall_timeout(timeout_s)
     nonce = secrets.token_hex(NONCE_BYTES // 2).encode()
     _remove_stale_dirs()
+    start_watchdog(os.path.join(tempfile.gettempdir(), f"{TEMP_PREFIX}{os.getpid()}_*"))
     root = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}_"))
     read_fd, write_fd = os.pipe()
     info_read, info_write = os.pipe()

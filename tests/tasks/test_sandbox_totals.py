@@ -262,3 +262,32 @@ def test_what_a_dead_harness_left_is_killed_and_removed_on_the_next_start(tmp_pa
         stale.remove()
         if temp.exists():
             temp.rmdir()
+
+
+STUCK_HARNESS = """
+import subprocess, sys, time
+from dllm_bench.tasks import sandbox_cgroup
+cgroup = sandbox_cgroup.SampleCgroup.create(1 << 30, 10)
+sandbox_cgroup.start_watchdog("/nonexistent/none_*")
+stuck = subprocess.Popen(cgroup.join_argv(["/bin/sleep", "60", sys.argv[1]]), start_new_session=True)
+print(" ".join(str(p) for _, p in cgroup.dirs), flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_watchdog_ends_what_a_harness_killed_mid_start_left():
+    """A process the harness's death cannot reach (as bwrap's child before its launcher released it): the
+    harness's watchdog kills it within a second and removes the sample's cgroups."""
+    _needs_cgroup()
+    mark = _new_mark()
+    harness = subprocess.Popen([sys.executable, "-c", STUCK_HARNESS, mark], stdout=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        dirs = [Path(p) for p in harness.stdout.readline().split()]
+        assert dirs and _wait_for(lambda: [p for p in _marked(mark) if p != harness.pid], 10)
+        harness.kill()
+        harness.wait(timeout=30)
+        assert _wait_for(lambda: not _marked(mark) and not any(d.exists() for d in dirs), 1.0), _marked(mark)
+    finally:
+        _kill([harness.pid, *_marked(mark)])
+        harness.wait(timeout=30)
