@@ -30,13 +30,14 @@ from dataclasses import dataclass, fields
 from functools import lru_cache
 from pathlib import Path
 
-from dllm_bench.tasks.sandbox_cgroup import SampleCgroup
+from dllm_bench.tasks.sandbox_cgroup import SampleCgroup, start_watchdog
 
 OUTPUT_CAP_BYTES = 8192
 NONCE_BYTES = 32
 SANDBOX_ID = 65534  # uid/gid the program sees (nobody); on the host it is an unprivileged id of its own
 HOST_UID_BASE, HOST_UID_SPAN = 2_000_000_000, 140_000_000  # per-sample host uids (root harness), < 2**31
 OPT_IN = "task.allow_unisolated=true"
+TEMP_PREFIX = "dllm_sandbox_"  # host temp dirs: dllm_sandbox_<harness pid>_<random> (capture files, weaker mode)
 WORKDIR = "/sandbox"  # the program's private tmpfs (and its /tmp); a path no interpreter prefix uses
 FULL, WEAK = "bwrap", "rlimits+audit"
 STATUSES = ("passed", "failed", "timeout", "killed", "no_sentinel", "error")  # ExecResult.status
@@ -435,7 +436,9 @@ def execute(program: str, timeout_s: float = 10.0, limits: Limits | None = None,
     cpu_s = max(1, int(-(-timeout_s // 1)))
     backstop = wall_timeout_s if wall_timeout_s is not None else default_wall_timeout(timeout_s)
     nonce = secrets.token_hex(NONCE_BYTES // 2).encode()
-    root = Path(tempfile.mkdtemp(prefix="dllm_sandbox_"))
+    _remove_stale_dirs()
+    start_watchdog(os.path.join(tempfile.gettempdir(), f"{TEMP_PREFIX}{os.getpid()}_*"))
+    root = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}_"))
     read_fd, write_fd = os.pipe()
     info_read, info_write = os.pipe()
     seccomp_read = -1
@@ -506,6 +509,29 @@ def execute(program: str, timeout_s: float = 10.0, limits: Limits | None = None,
             if fd >= 0:
                 os.close(fd)
         shutil.rmtree(root, ignore_errors=True)
+
+
+@lru_cache(maxsize=1)
+def _remove_stale_dirs(min_age_s: float = 60.0) -> None:
+    """Once per harness: remove the work dirs of harnesses that died by a signal (their pid in the name)."""
+    for path in Path(tempfile.gettempdir()).glob(f"{TEMP_PREFIX}*_*"):
+        pid = path.name[len(TEMP_PREFIX):].split("_", 1)[0]
+        try:
+            old = time.time() - path.stat().st_mtime > min_age_s
+        except OSError:
+            continue
+        if pid.isdigit() and old and not _pid_alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _reap(proc: subprocess.Popen) -> None:

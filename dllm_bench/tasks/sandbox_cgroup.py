@@ -13,6 +13,9 @@ from __future__ import annotations
 import os
 import secrets
 import signal
+import subprocess
+import sys
+import threading
 import time
 from dataclasses import dataclass
 from functools import lru_cache
@@ -122,26 +125,93 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _sweep(parent: Path) -> None:
-    """Remove the (empty) sample cgroups a harness that died by a signal left behind."""
-    try:
-        entries = list(parent.iterdir())
-    except OSError:
-        return
-    for entry in entries:
-        pid = entry.name[len(PREFIX):].split("-", 1)[0] if entry.name.startswith(PREFIX) else ""
-        if pid.isdigit() and not _alive(int(pid)):
-            try:
-                entry.rmdir()
-            except OSError:
-                pass
+def _sweep() -> None:
+    """Kill and remove what a harness that died by a signal left in its sample cgroups: bwrap's child can be
+    stuck waiting for a launcher that died in the few instructions before releasing it (no parent-death
+    signal is set by then), and nothing else ends it."""
+    stale: dict[str, list[tuple[Hierarchy, Path]]] = {}
+    for h in hierarchies():
+        try:
+            entries = list(h.parent.iterdir())
+        except OSError:
+            continue
+        for entry in entries:
+            pid = entry.name[len(PREFIX):].split("-", 1)[0] if entry.name.startswith(PREFIX) else ""
+            if pid.isdigit() and not _alive(int(pid)):
+                stale.setdefault(entry.name, []).append((h, entry))
+    for dirs in stale.values():
+        SampleCgroup(dirs).remove(limit_s=1.0)
 
 
 @lru_cache(maxsize=1)
 def _swept() -> bool:
-    for h in hierarchies():
-        _sweep(h.parent)
+    _sweep()
     return True
+
+
+# Runs as `python -I -S -c WATCHDOG <harness pid> <temp dir glob> <cgroup parent>...` beside the harness: it
+# waits for EOF on stdin (the harness's end of the pipe closes however the harness ends, SIGKILL included),
+# then kills every process in that harness's sample cgroups and removes them and its temp dirs.
+WATCHDOG = r"""
+import glob, os, shutil, signal, sys, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+sys.stdin.buffer.read()
+pid, temps, parents = sys.argv[1], sys.argv[2], sys.argv[3:]
+dirs = [d for p in parents for d in glob.glob(os.path.join(p, "PREFIX" + pid + "-*"))]
+deadline = time.monotonic() + 5
+while dirs and time.monotonic() < deadline:
+    busy = []
+    for d in dirs:
+        try:
+            members = open(os.path.join(d, "cgroup.procs")).read().split()
+        except OSError:
+            continue
+        if members:
+            busy.append(d)
+            try:
+                open(os.path.join(d, "cgroup.kill"), "w").write("1")
+            except OSError:
+                for m in members:
+                    try:
+                        os.kill(int(m), signal.SIGKILL)
+                    except OSError:
+                        pass
+        else:
+            try:
+                os.rmdir(d)
+            except OSError:
+                busy.append(d)
+    dirs = busy
+    time.sleep(0.01)
+for t in glob.glob(temps):
+    shutil.rmtree(t, ignore_errors=True)
+""".replace("PREFIX", PREFIX)
+
+
+_WATCHDOG_LOCK = threading.Lock()
+_watchdogs: dict[int, subprocess.Popen | None] = {}  # harness pid -> its watchdog (kept: its pipe is the signal)
+
+
+def start_watchdog(temp_glob: str) -> subprocess.Popen | None:
+    """Once per harness, where there are cgroups: the process that cleans up after it if it dies by a signal.
+    Started under a lock: a second one whose pipe end got dropped would sweep the live harness's samples."""
+    with _WATCHDOG_LOCK:
+        if os.getpid() not in _watchdogs:
+            _watchdogs[os.getpid()] = _spawn_watchdog(temp_glob)
+        return _watchdogs[os.getpid()]
+
+
+def _spawn_watchdog(temp_glob: str) -> subprocess.Popen | None:
+    parents = [str(h.parent) for h in hierarchies()]
+    if not parents:
+        return None
+    try:
+        return subprocess.Popen([sys.executable, "-I", "-S", "-c", WATCHDOG, str(os.getpid()), temp_glob, *parents],
+                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True, env={"PATH": "/usr/bin:/bin"})
+    except OSError:
+        return None
 
 
 class SampleCgroup:

@@ -61,10 +61,11 @@ def test_fork_exec_and_sqlite_outside_the_work_dir_are_refused(tmp_path, mode, s
     assert list(outside.iterdir()) == []
 
 
-def test_without_the_hook_the_os_still_bounds_them_under_bwrap(tmp_path, mode):
-    """What bounds those calls when the hook is bypassed: the read-only view (and namespaces) of bwrap."""
-    if mode == "weaker_mode":
-        pytest.skip("the weaker mode has only the hook (docs/sandbox.md says so)")
+@pytest.mark.parametrize("path", ["two_bwrap", "one_bwrap"])
+def test_without_the_hook_the_os_still_bounds_them_under_bwrap(tmp_path, path, use_bwrap_path):
+    """What bounds those calls when the hook is bypassed: the read-only view (and namespaces) of bwrap. (The
+    weaker mode has only the hook: docs/sandbox.md says so.)"""
+    use_bwrap_path(path)
     outside = tmp_path / "outside"
     outside.mkdir()
     os.chmod(tmp_path, 0o755)

@@ -234,18 +234,60 @@ def test_an_interrupted_execute_many_starts_nothing_more(monkeypatch):
     assert time.monotonic() - t0 < 10 and len(started) <= 3
 
 
-def test_stale_cgroups_of_a_dead_harness_are_removed():
+def test_what_a_dead_harness_left_is_killed_and_removed_on_the_next_start(tmp_path):
+    """bwrap's child can hang forever if its launcher dies before releasing it (the harness killed in that
+    instant): such a process and its cgroups, and the harness's temp dirs, go when the next harness starts."""
     _needs_cgroup()
     dead = subprocess.Popen(["true"])
     dead.wait()
-    stale = [h.parent / f"{sandbox_cgroup.PREFIX}{dead.pid}-{secrets.token_hex(6)}" for h in sandbox_cgroup.hierarchies()]
-    for path in stale:
+    name = f"{sandbox_cgroup.PREFIX}{dead.pid}-{secrets.token_hex(6)}"
+    stale = sandbox_cgroup.SampleCgroup([(h, h.parent / name) for h in sandbox_cgroup.hierarchies()])
+    for _, path in stale.dirs:
         path.mkdir()
+    mark = _new_mark()
+    stuck = subprocess.Popen(stale.join_argv(["/bin/sleep", "60", mark]))
+    temp = Path(sandbox.tempfile.gettempdir()) / f"{sandbox.TEMP_PREFIX}{dead.pid}_stale"
+    temp.mkdir()
+    os.utime(temp, (time.time() - 3600, time.time() - 3600))
     try:
+        assert _wait_for(lambda: bool(stale.members()) and "sleep" in Path(f"/proc/{stuck.pid}/cmdline").read_text(), 10)
         sandbox_cgroup._swept.cache_clear()
+        sandbox._remove_stale_dirs.cache_clear()
         assert execute("pass\n", timeout_s=5).passed
-        assert not any(p.exists() for p in stale)
+        assert stuck.wait(timeout=5) == -signal.SIGKILL
+        assert not any(path.exists() for _, path in stale.dirs) and not temp.exists()
     finally:
-        for path in stale:
-            if path.exists():
-                path.rmdir()
+        _kill([stuck.pid])
+        stuck.wait(timeout=30)
+        stale.remove()
+        if temp.exists():
+            temp.rmdir()
+
+
+STUCK_HARNESS = """
+import subprocess, sys, time
+from dllm_bench.tasks import sandbox_cgroup
+cgroup = sandbox_cgroup.SampleCgroup.create(1 << 30, 10)
+sandbox_cgroup.start_watchdog("/nonexistent/none_*")
+stuck = subprocess.Popen(cgroup.join_argv(["/bin/sleep", "60", sys.argv[1]]), start_new_session=True)
+print(" ".join(str(p) for _, p in cgroup.dirs), flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_watchdog_ends_what_a_harness_killed_mid_start_left():
+    """A process the harness's death cannot reach (as bwrap's child before its launcher released it): the
+    harness's watchdog kills it within a second and removes the sample's cgroups."""
+    _needs_cgroup()
+    mark = _new_mark()
+    harness = subprocess.Popen([sys.executable, "-c", STUCK_HARNESS, mark], stdout=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        dirs = [Path(p) for p in harness.stdout.readline().split()]
+        assert dirs and _wait_for(lambda: [p for p in _marked(mark) if p != harness.pid], 10)
+        harness.kill()
+        harness.wait(timeout=30)
+        assert _wait_for(lambda: not _marked(mark) and not any(d.exists() for d in dirs), 1.0), _marked(mark)
+    finally:
+        _kill([harness.pid, *_marked(mark)])
+        harness.wait(timeout=30)
