@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import ConfigError, ModelConfig
+from .config import ConfigError, ModelConfig, _looks_instruct
 from .network import Block, DiffusionLM, LayerContext, Linear, RMSNorm, rotate_half
 
 # LLaDA-MoE's config.json has no mask id; dInfer decodes with mask_id=156895, eos_id=156892
@@ -116,7 +116,7 @@ class MoEConfig(ModelConfig):
             tensor_naming="llama",
             max_sequence_length=int(cfg.get("max_position_embeddings", 4096)),
             name_or_path=name_or_path,
-            is_instruct="instruct" in f"{cfg.get('_name_or_path', '')} {name_or_path}".lower(),
+            is_instruct=_looks_instruct(cfg, name_or_path),
             raw=dict(cfg),
             num_experts=int(need("num_experts")),
             num_experts_per_tok=int(need("num_experts_per_tok")),
