@@ -1,8 +1,9 @@
-"""Networks, caches' storage and checkpoint loading for LLaDA- and Dream-flavoured diffusion LMs."""
+"""Networks, caches' storage and checkpoint loading for LLaDA- and Dream-flavoured diffusion LMs (and LLaDA-MoE)."""
 
 from .cache import FeatureCache, KVCache
 from .config import ConfigError, ModelConfig
 from .loading import CheckpointError, load_model, load_tokenizer
+from .moe import MoEConfig, MoEDiffusionLM
 from .network import DiffusionLM
 
 __all__ = [
@@ -11,6 +12,8 @@ __all__ = [
     "DiffusionLM",
     "FeatureCache",
     "KVCache",
+    "MoEConfig",
+    "MoEDiffusionLM",
     "ModelConfig",
     "load_model",
     "load_tokenizer",

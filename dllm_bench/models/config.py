@@ -22,6 +22,16 @@ class ConfigError(ValueError):
     """A config.json that does not describe a supported network."""
 
 
+# config.json keys whose other values change the network beyond what DiffusionLM computes: key -> allowed values
+UNSUPPORTED_IF_NOT = {
+    "rope_scaling": (None,), "use_sliding_window": (None, False), "tie_word_embeddings": (None, False),
+    "hidden_act": (None, "silu"), "activation_type": (None, "silu"), "alibi": (None, False), "rope": (None, True),
+    "attention_layer_norm": (None, False), "clip_qkv": (None,), "input_emb_norm": (None, False),
+    "scale_logits": (None, False), "layer_norm_type": (None, "rms"), "block_type": (None, "llama"),
+    "partial_rotary_factor": (None, 1, 1.0), "num_experts": (None,),  # a LLaDA-MoE config goes to moe.MoEConfig
+}
+
+
 @dataclass
 class ModelConfig:
     """Architecture and special tokens of a LLaDA- or Dream-flavoured bidirectional transformer."""
@@ -87,6 +97,12 @@ class ModelConfig:
                 f"allowed: {sorted(MODEL_TYPES)}"
             )
         flavour = MODEL_TYPES[model_type]
+        for key, allowed in UNSUPPORTED_IF_NOT.items():
+            if cfg.get(key) not in allowed:
+                raise ConfigError(
+                    f"config.json of {name_or_path or '<config>'} has {key}={cfg[key]!r}, which the {flavour} network "
+                    f"does not compute; allowed: {[a for a in allowed if a is not None] or 'null'}"
+                )
 
         def need(*keys: str) -> Any:
             for k in keys:

@@ -25,6 +25,7 @@ from .checkpoint import (  # noqa: F401  (re-exported: the loading API)
     validate_tensors,
 )
 from .config import ModelConfig
+from .moe import MoEConfig, MoEDiffusionLM, is_moe_config
 from .network import DiffusionLM
 
 
@@ -48,15 +49,16 @@ def load_model(
 
         return load_llada_v(directory, dtype=dtype, device=device, instruct=instruct)
     device, dtype = resolve_device_dtype(device, dtype)
-    config = ModelConfig.from_hf_config(raw, name_or_path=str(name_or_path))
+    moe = is_moe_config(raw)  # LLaDA-MoE: model_type "llada" too, told apart by its experts
+    config = (MoEConfig if moe else ModelConfig).from_hf_config(raw, name_or_path=str(name_or_path))
     if instruct is not None:
         config.is_instruct = instruct
     found = None
     if device.type != "meta":
         found = checkpoint_tensors(directory)
-        config.tensor_naming = detect_naming(list(found))
+        config.tensor_naming = "llama" if moe else detect_naming(list(found))
     with torch.device("meta"):
-        model = DiffusionLM(config)
+        model = MoEDiffusionLM(config) if moe else DiffusionLM(config)
     tokenizer = load_tokenizer(directory)
     _fill_special_ids(config, tokenizer)
     model.tokenizer = tokenizer

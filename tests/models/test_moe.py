@@ -1,0 +1,171 @@
+"""LLaDA-MoE: logits against the published modeling file's (goldens), routing against an independent dense
+reference, tensor names and refusals, and the caches on the MoE layers.
+
+Goldens (tests/fixtures/llada_moe_published_logits.safetensors): the tiny checkpoint of
+``make_random_moe_checkpoint(dir, seed=0)`` run through inclusionAI/dInfer@fce4e328
+``tools/modeling_fused_lladamoe.py`` (its unfused ``LLaDAMoESparseMoeBlock``, attn_implementation="sdpa") under
+transformers 4.49.0, modules built under ``torch.set_default_dtype(dtype)`` and the weights loaded, as
+``from_pretrained(torch_dtype=dtype)`` does; the file's metadata records the weights' sha256 and the command.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file
+
+from dllm_bench.models import load_model
+from dllm_bench.models.cache import FeatureCache, KVCache
+from dllm_bench.models.config import ConfigError, ModelConfig
+from dllm_bench.models.moe import MoEConfig, MoEDiffusionLM, moe_canonical_name, moe_checkpoint_name
+from dllm_bench.models.tiny_moe import make_random_moe_checkpoint
+
+GOLDEN = Path(__file__).parents[1] / "fixtures" / "llada_moe_published_logits.safetensors"
+
+
+@pytest.fixture(scope="module")
+def moe_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_random_moe_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny_moe", seed=0)
+
+
+def weights_sha256(directory: Path) -> str:
+    sd = load_file(str(directory / "model.safetensors"))
+    h = hashlib.sha256()
+    for k in sorted(sd):
+        h.update(k.encode())
+        h.update(sd[k].contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_logits_equal_the_published_code_bit_for_bit(moe_dir, dtype):
+    with safe_open(str(GOLDEN), "pt") as f:
+        meta = f.metadata()
+        ids, want = f.get_tensor("input_ids"), f.get_tensor(f"logits_{str(dtype).split('.')[1]}")
+    assert weights_sha256(moe_dir) == meta["weights_sha256"], "the tiny checkpoint's weights changed: re-record"
+    model = load_model(moe_dir, dtype=dtype, device="cpu")
+    assert isinstance(model, MoEDiffusionLM)
+    with torch.no_grad():
+        got = model(ids)
+    assert got.dtype == dtype
+    assert torch.equal(got, want)
+
+
+def test_the_tiny_checkpoint_exercises_clipping_routing_bias_and_both_layer_kinds(moe_dir):
+    model = load_model(moe_dir, device="cpu")
+    cfg = model.config
+    assert cfg.moe_layer_freq == [1, 0, 1] and cfg.shared_expert_intermediate_size and cfg.expert_bias
+    ids = torch.arange(40).view(2, 20)
+    with torch.no_grad():
+        x = model.layers[0].attn_norm(model.embed(ids))
+        assert model.layers[0].q_proj(x).abs().max() > cfg.clip_qkv  # the clamp is active
+        bias = model.layers[0].expert_bias
+        probs = torch.softmax(model.layers[0].gate(x).float(), -1)
+        with_bias = torch.topk(probs + bias, cfg.num_experts_per_tok, -1).indices.sort(-1).values
+        without = torch.topk(probs, cfg.num_experts_per_tok, -1).indices.sort(-1).values
+    assert (with_bias != without).any()  # the expert bias changes some choices
+
+
+def test_routing_equals_a_dense_reference():
+    """Every expert on every token in float64, weighted by the top-k float32 softmax probabilities (plus bias, not
+    renormalised) scattered into a dense [N, E] matrix: an independent statement of the published rule."""
+    cfg = MoEConfig.from_hf_config(_config())
+    torch.manual_seed(0)
+    model = MoEDiffusionLM(cfg).double()
+    block = model.layers[0]
+    with torch.no_grad():
+        for p in block.parameters():
+            p.normal_(0, 0.3)
+        block.expert_bias.normal_(0, 0.05)
+        x = torch.randn(30, cfg.d_model, dtype=torch.float64)
+        probs = torch.softmax(block.gate(x).float(), -1) + block.expert_bias  # the router runs in float32
+        top = torch.topk(probs, cfg.num_experts_per_tok, -1)
+        dense_w = torch.zeros_like(x[:, :1].expand(-1, cfg.num_experts)).scatter(1, top.indices, top.values.double())
+        every = torch.stack([e(x) for e in block.experts], 1)  # [N, E, d]
+        want = (dense_w[..., None] * every).sum(1)
+        torch.testing.assert_close(block.routed(x), want, rtol=1e-12, atol=1e-12)
+
+
+def _config(**over) -> dict:
+    cfg = {
+        "architectures": ["LLaDAMoEModelLM"], "model_type": "llada", "vocab_size": 64, "hidden_size": 32,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4, "num_experts": 8,
+        "num_experts_per_tok": 3, "expert_intermediate_size": 16, "dense_intermediate_size": 40,
+        "shared_expert_intermediate_size": None, "moe_layer_freq": [1, 0], "qk_layernorm": True, "clip_qkv": None,
+        "moe_router_enable_expert_bias": True, "rope_theta": 50000.0, "rms_norm_eps": 1e-6, "eos_token_id": 3,
+        "partial_rotary_factor": 1.0, "rope_scaling": None,
+    }
+    cfg.update(over)
+    return cfg
+
+
+def test_tensor_names_round_trip_and_follow_the_published_layout():
+    model = MoEDiffusionLM(MoEConfig.from_hf_config(_config(shared_expert_intermediate_size=8)))
+    names = set(model.state_dict())
+    assert {"model.layers.0.mlp.gate.weight", "model.layers.0.mlp.experts.7.down_proj.weight",
+            "model.layers.0.mlp.expert_bias", "model.layers.0.shared_expert.up_proj.weight",
+            "model.layers.0.self_attn.q_norm.weight", "model.layers.1.mlp.gate_proj.weight",
+            "model.layers.1.post_attention_layernorm.weight", "model.embed_tokens.weight", "lm_head.weight"} <= names
+    for canon, _ in model.named_parameters():
+        assert moe_canonical_name(moe_checkpoint_name(canon)) == canon
+
+
+@pytest.mark.parametrize("key,value", [
+    ("rope_scaling", {"type": "linear", "factor": 2.0}), ("partial_rotary_factor", 0.5), ("attention_bias", True),
+    ("moe_layer_freq", [1]), ("tie_word_embeddings", True), ("hidden_act", "gelu"),
+])
+def test_moe_config_refuses_what_the_network_does_not_do(key, value):
+    with pytest.raises(ConfigError) as err:
+        MoEConfig.from_hf_config({**_config(), key: value})
+    assert key in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("key,value", [
+    ("rope_scaling", {"type": "yarn", "factor": 4.0}), ("use_sliding_window", True), ("tie_word_embeddings", True),
+    ("num_experts", 64), ("clip_qkv", 8.0),
+])
+def test_dense_load_refuses_a_config_it_does_not_understand(tmp_path, key, value):
+    ref = Path(__file__).parents[2] / "dllm_bench/models/reference_configs/dream-v0-base-7b/config.json"
+    raw = {**json.loads(ref.read_text()), key: value}
+    if key == "num_experts":  # a dense config with an expert count is not a LLaDA-MoE config either
+        with pytest.raises(ConfigError, match="num_experts"):
+            ModelConfig.from_hf_config(raw)
+        return
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(ConfigError) as err:
+        load_model(tmp_path, device="meta")
+    assert key in str(err.value) and "\n" not in str(err.value)
+
+
+# ---------------------------------------------------------------- caches on the MoE layers
+
+
+def test_kv_cache_steps_on_fresh_keys_equal_the_full_forward(moe_dir):
+    model = load_model(moe_dir, device="cpu")
+    ids = torch.randint(0, 90, (2, 28), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        full = model(ids)
+        for hi in (20, 28):  # dual (a block) and prefix (to the end)
+            cache = KVCache()
+            model(ids, cache=cache)
+            span = model(ids[:, 12:hi], cache=cache, start=12)
+            torch.testing.assert_close(span, full[:, 12:hi], rtol=1e-5, atol=1e-5)
+
+
+def test_dllm_cache_on_an_unchanged_canvas_equals_the_full_forward(moe_dir):
+    model = load_model(moe_dir, device="cpu")
+    ids = torch.randint(0, 90, (1, 24), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        full = model(ids)
+        fc = FeatureCache(prompt_length=10)
+        fc.plan(True, True)
+        model(ids, cache=fc)
+        for plan in [(False, False), (True, False), (False, True), (False, False, 0.5)]:
+            fc.plan(*plan)
+            torch.testing.assert_close(model(ids, cache=fc), full, rtol=1e-5, atol=1e-5, msg=str(plan))
+    assert fc.recomputed_tokens == int(14 * 0.5) * (len(model.layers) - 1)  # layer 0 is always refreshed
