@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dllm_bench.report.pareto import pareto_front, run_points, save_figure
+from dllm_bench.report.pareto import PARAM_LABELS, pareto_front, run_points, save_figure
 
 STORAGE_FILE = "search.db"
 # d3LLM's AUP constants (AUP_leaderboard/aup_utils.py): the quality weight's penalty and the accuracy window
@@ -140,7 +140,44 @@ def summarise_fronts(studies: list[Study], runs: pd.DataFrame) -> tuple[pd.DataF
     return pd.DataFrame(summary), pd.DataFrame(fronts)
 
 
-def markdown(summary: pd.DataFrame, fronts: pd.DataFrame, title: str) -> str:
+def outside_runs(studies: list[Study], runs: pd.DataFrame) -> pd.DataFrame:
+    """The folder's runs that no study holds (e.g. a paper's fixed setting run beside the searches), each with the
+    searched front runs of its own method that dominate it (at least as accurate, at most as many NFE, better in
+    one): an empty `dominated_by` means the fixed setting is on its method's front."""
+    in_studies = {t["run_id"] for s in studies for t in s.trials}
+    sub = runs[~runs["run_id"].isin(in_studies)].reset_index(drop=True)
+    if sub.empty:
+        return pd.DataFrame()
+    points = run_points(sub)
+    points.insert(0, "run_id", sub["run_id"].to_numpy())
+    points["setting"] = [_setting(row) for _, row in sub.iterrows()]
+    searched = {}
+    for study in studies:
+        p = study_points(study, runs)
+        if study.kind == "search" and not p.empty:
+            searched.setdefault(p["method"].iloc[0], []).append(p)
+    beaten = []
+    for _, row in points.iterrows():
+        rivals = pd.concat(searched.get(row["method"], [pd.DataFrame(columns=["accuracy", "nfe_mean", "params"])]))
+        better = rivals[(rivals["accuracy"] >= row["accuracy"]) & (rivals["nfe_mean"] <= row["nfe_mean"])
+                        & ((rivals["accuracy"] > row["accuracy"]) | (rivals["nfe_mean"] < row["nfe_mean"]))]
+        beaten.append("; ".join(f"{r['params']} ({r['accuracy']:.1f} %, NFE {r['nfe_mean']:.2f})"
+                                for _, r in better.sort_values("nfe_mean").iterrows()))
+    points["dominated_by"] = beaten
+    points["searched"] = [row["method"] in searched for _, row in points.iterrows()]
+    return points
+
+
+def _setting(row: pd.Series) -> str:
+    """A run's decoding setting in a few words: its rule's parameter, or SlowFast's K/τ_min/τ_high/W."""
+    if str(row.get("policy.name")) == "slowfast" and str(row.get("rule.name")) == "none":
+        return (f"K={int(row['policy.explore_steps'])}, tau_min={row['policy.tau_min']:g}, "
+                f"tau_high={row['policy.tau_high']:g}, W={int(row['policy.stability_window'])}")
+    key, _ = PARAM_LABELS.get(str(row.get("rule.name")), (None, None))
+    return f"{key.split('.')[1]}={float(row[key]):g}" if key else str(row.get("rule.name"))
+
+
+def markdown(summary: pd.DataFrame, fronts: pd.DataFrame, title: str, outside: pd.DataFrame | None = None) -> str:
     """The fronts as Markdown: the per-study areas, then each front's runs with their 95 % Wilson intervals."""
     lines = [f"# {title}", "",
              "Hypervolume: share of the (accuracy, 1 - NFE/ref) unit square the runs dominate, reference point "
@@ -149,10 +186,19 @@ def markdown(summary: pd.DataFrame, fronts: pd.DataFrame, title: str) -> str:
              f"accuracy %) front, alpha {AUP_ALPHA:g}, window {AUP_WINDOW:g} points, y_max = best accuracy here.", "",
              "| search | kind | runs | front | n | best acc % | least NFE | hypervolume | AUP |",
              "|---|---|---|---|---|---|---|---|---|"]
-    for _, r in summary.iterrows():
+    order = summary.assign(grid=summary["kind"] == "grid").sort_values(["search", "grid"])
+    for _, r in order.iterrows():
         lines.append(f"| {r['search']} | {r['kind']} | {r['runs']} | {r['front_runs']} | {r['n']} | "
-                     f"{r['best_accuracy']:.1f} | {r['least_nfe']:.2f} | {r['hypervolume']:.4f} | {r['aup']:.1f} |")
-    for (search, kind), group in fronts.groupby(["search", "kind"], sort=True):
+                     f"{r['best_accuracy']:.1f} | {r['least_nfe']:.2f} | {r['hypervolume']:.5f} | {r['aup']:.1f} |")
+    if outside is not None and not outside.empty:
+        lines += ["", "## Runs outside the studies (fixed settings), against their method's searched front", "",
+                  "| method | setting | accuracy % [95 % Wilson] | NFE | dominated by (searched runs) |",
+                  "|---|---|---|---|---|"]
+        for _, r in outside.sort_values(["method", "nfe_mean"]).iterrows():
+            verdict = r["dominated_by"] or ("none: on the front" if r["searched"] else "(no search of this method)")
+            lines.append(f"| {r['method']} | {r['setting']} | {r['accuracy']:.1f} [{r['ci_low']:.1f}, "
+                         f"{r['ci_high']:.1f}] | {r['nfe_mean']:.2f} | {verdict} |")
+    for (search, _, kind), group in fronts.groupby([fronts["search"], fronts["kind"] == "grid", fronts["kind"]]):
         lines += ["", f"## {search} ({kind}): non-dominated runs, least NFE first", "",
                   "| parameters | accuracy % [95 % Wilson] | NFE | tokens/forward | run |", "|---|---|---|---|---|"]
         for _, r in group.sort_values("nfe_mean").iterrows():
@@ -161,9 +207,10 @@ def markdown(summary: pd.DataFrame, fronts: pd.DataFrame, title: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def frontier_figure(studies: list[Study], runs: pd.DataFrame, title: str):
+def frontier_figure(studies: list[Study], runs: pd.DataFrame, title: str, outside: pd.DataFrame | None = None):
     """Accuracy against NFE and against tokens per forward: every run of each study, its front as a staircase
-    with 95 % Wilson bars on the front's runs; searched studies solid and filled, grids dashed and hollow."""
+    with 95 % Wilson bars on the front's runs; searched studies solid and filled, grids dashed and hollow; runs
+    outside the studies of a searched method (the papers' fixed settings) as stars."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -190,12 +237,22 @@ def frontier_figure(studies: list[Study], runs: pd.DataFrame, title: str):
                         elinewidth=0.8, lw=0, zorder=3)
             ax.step(front[column], front["accuracy"], where="post" if larger else "pre", color=colour, lw=1.3,
                     ls="--" if grid else "-", zorder=3)
+            if outside is not None and not outside.empty and not grid:
+                fixed = outside[outside["method"] == p["method"].iloc[0]]
+                ax.errorbar(fixed[column], fixed["accuracy"],
+                            yerr=[(fixed["accuracy"] - fixed["ci_low"]).clip(lower=0),
+                                  (fixed["ci_high"] - fixed["accuracy"]).clip(lower=0)],
+                            fmt="*", color=colour, mec="black", mew=0.6, ms=11, capsize=2, elinewidth=0.8, lw=0,
+                            zorder=4)
         ax.set_xlabel(label)
         ax.set_ylabel("accuracy (%), bars: 95 % Wilson interval")
         ax.grid(alpha=0.3)
     handles = [Line2D([], [], color=colours[s], marker="o", lw=1.3, label=s) for s in searches]
     if any(s.kind == "grid" for s in studies):
         handles.append(Line2D([], [], color="grey", marker="s", mfc="none", ls="--", label="grid (same budget)"))
+    if outside is not None and not outside.empty:
+        handles.append(Line2D([], [], color="grey", marker="*", mec="black", ms=10, ls="none",
+                              label="fixed setting (outside the studies)"))
     fig.legend(handles=handles, loc="lower center", ncol=min(8, len(handles)), fontsize=8)
     fig.suptitle(title)
     fig.tight_layout(rect=(0, 0.07, 1, 0.95))
@@ -213,8 +270,9 @@ def write_report(results_dir: Path | str, title: str | None = None) -> list[Path
     runs = pd.read_csv(results_dir / "runs.csv")
     title = title or f"Frontier search: {results_dir.name}"
     summary, fronts = summarise_fronts(studies, runs)
+    outside = outside_runs(studies, runs)
     written = [results_dir / "frontier.md", results_dir / "frontier_summary.csv", results_dir / "frontier_fronts.csv"]
-    written[0].write_text(markdown(summary, fronts, title), encoding="utf-8")
+    written[0].write_text(markdown(summary, fronts, title, outside), encoding="utf-8")
     summary.to_csv(written[1], index=False, float_format="%.6g")
     fronts.to_csv(written[2], index=False, float_format="%.6g")
-    return written + save_figure(frontier_figure(studies, runs, title), results_dir / "frontier")
+    return written + save_figure(frontier_figure(studies, runs, title, outside), results_dir / "frontier")

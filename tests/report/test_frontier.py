@@ -7,11 +7,13 @@ import itertools
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dllm_bench.report.frontier import aup, hypervolume, non_dominated
+from dllm_bench.report.frontier import Study, aup, hypervolume, non_dominated, outside_runs, summarise_fronts
+from dllm_bench.runner.summary import wilson_interval
 
 # Small integer grids make ties (equal accuracy or equal NFE, duplicate runs) frequent.
 points = st.lists(st.tuples(st.integers(0, 10), st.integers(1, 24)), min_size=1, max_size=7)
@@ -105,3 +107,36 @@ def test_aup_drops_points_below_the_window():
     # the third point is 6 points below the least parallel one: outside the 5-point window, it adds nothing
     assert aup(np.array([1.0, 2.0, 3.0]), np.array([80.0, 79.0, 74.0]), 80.0) == \
         pytest.approx(aup_by_definition([1.0, 2.0], [80.0, 79.0], 80.0))
+
+
+def runs_frame(rows: list[tuple]) -> pd.DataFrame:
+    """runs.csv rows (run_id, rule, delta, n_correct of 100, nfe) of the Fréchet rule on a 24-token answer."""
+    frame = pd.DataFrame([{"run_id": r, "policy.name": "blocks", "rule.name": rule, "rule.delta": d,
+                           "cache.name": "none", "n_samples": 100, "n_correct": c, "accuracy": c / 100,
+                           "tokens_per_s": 1.0, "tokens_per_forward": 16.0 / nfe, "nfe_mean": nfe,
+                           "gen_length": 24} for r, rule, d, c, nfe in rows])
+    low_high = [wilson_interval(c, 100) for *_, c, _ in rows]
+    frame["accuracy_ci_low"], frame["accuracy_ci_high"] = zip(*low_high)
+    return frame
+
+
+def test_summary_fronts_and_fixed_settings():
+    runs = runs_frame([("a", "frechet", 0.0, 90, 6.0), ("b", "frechet", 0.2, 95, 7.0), ("c", "frechet", 0.5, 94, 7.5),
+                       ("g", "frechet", 0.45, 96, 8.0),  # the grid's run
+                       ("p", "frechet", 0.25, 94, 7.2), ("q", "frechet", 0.9, 97, 9.0)])  # outside the studies
+    search = Study("frechet-1", "frechet", "search", ["accuracy", "nfe_mean"],
+                   [{"number": i, "run_id": r, "params": {"rule.delta": d}, "values": []}
+                    for i, (r, d) in enumerate([("a", 0.0), ("b", 0.2), ("c", 0.5)])])
+    grid = Study("frechet-grid-1", "frechet", "grid", ["accuracy", "nfe_mean"],
+                 [{"number": 0, "run_id": "g", "params": {"rule.delta": 0.45}, "values": []}])
+    summary, fronts = summarise_fronts([search, grid], runs)
+    row = summary[summary["kind"] == "search"].iloc[0]
+    assert (row["runs"], row["front_runs"]) == (3, 2)  # c is beaten by b
+    # boxes: a saves 18/24 at 0.90, b saves 17/24 at 0.95 -> 17/24 * 0.95 + (18 - 17)/24 * 0.90
+    assert row["hypervolume"] == pytest.approx(17 / 24 * 0.95 + 1 / 24 * 0.90)
+    assert list(fronts[fronts["kind"] == "search"]["run_id"]) == ["a", "b"]
+    assert fronts["ci_low"].iloc[0] == pytest.approx(100 * wilson_interval(90, 100)[0])
+    outside = outside_runs([search, grid], runs).set_index("run_id")
+    assert outside.loc["p", "dominated_by"].startswith("delta=0.2 (95.0 %")  # the fixed δ 0.25 is beaten by δ 0.2
+    assert outside.loc["q", "dominated_by"] == ""  # more accurate than any searched run: on the front
+    assert outside.loc["p", "setting"] == "delta=0.25"
