@@ -4,6 +4,7 @@ the study lives in SQLite under the results folder, and a rerun resumes it."""
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -124,3 +125,30 @@ def test_every_search_config_searches_keys_of_its_run(compose_cfg, search_file):
         assert key in cfg[group], f"{search_file}: {dotted} is not a key of {group} {cfg[group].name!r}"
     assert cfg.hydra.sweeper._target_.endswith("FrontierSweeper")
     assert list(cfg.hydra.sweeper.objectives) == ["accuracy", "nfe_mean"]
+
+
+def frontier_script():
+    spec = importlib.util.spec_from_file_location("frontier_script", CONF_DIR.parent / "scripts" / "frontier.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--rule", "bogus"], "frontier: hparams_search 'bogus' is not allowed; allowed: factor, frechet, slowfast"),
+    (["--rule", "frechet", "--task", "sudok"], "frontier: task 'sudok' is not allowed; allowed: "),
+    (["--rule", "frechet", "--limit", "0"], "frontier: --limit 0 and --trials None must be >= 1"),
+])
+def test_make_frontier_refuses_bad_input_before_running(capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_info:
+        frontier_script().parse_args(argv)
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip().startswith(message)
+
+
+def test_make_frontier_search_command():
+    module = frontier_script()
+    cmd = module.search_command(module.parse_args(["--rule", "threshold", "--trials", "5", "batch_size=50"]), True)
+    assert cmd[1:] == ["-m", "dllm_bench.run", "hparams_search=threshold", "task=sudoku", "model=tiny_llada",
+                       "output_dir=results/frontier", "name=tiny_llada_sudoku", "limit=200", "progress=false",
+                       "batch_size=50", "hydra.sweeper.n_trials=5", "hydra.sweeper.grid=true"]
