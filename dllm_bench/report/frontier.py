@@ -16,6 +16,7 @@ STORAGE_FILE = "search.db"
 # d3LLM's AUP constants (AUP_leaderboard/aup_utils.py): the quality weight's penalty and the accuracy window
 AUP_ALPHA = 3.0
 AUP_WINDOW = 5.0  # percentage points below the first (least parallel) point's accuracy
+ZOOM_POINTS = 12.0  # the plot's accuracy axis spans this many points below the best run (when runs fall below)
 
 
 def non_dominated(accuracy: np.ndarray, cost: np.ndarray) -> np.ndarray:
@@ -220,6 +221,8 @@ def frontier_figure(studies: list[Study], runs: pd.DataFrame, title: str, outsid
     searches = sorted({s.search for s in studies})
     colours = {name: plt.get_cmap("tab10")(i % 10) for i, name in enumerate(searches)}
     fig, axes = plt.subplots(1, 2, figsize=(12, 5))
+    every = pd.concat([study_points(s, runs) for s in studies])
+    floor = max(0.0, float(every["accuracy"].max()) - ZOOM_POINTS)
     for ax, (column, label, larger) in zip(axes, (("nfe_mean", "NFE per sample  (← better)", False),
                                                   ("tokens_per_forward", "tokens per forward  (→ better)", True))):
         for study in studies:
@@ -235,7 +238,8 @@ def frontier_figure(studies: list[Study], runs: pd.DataFrame, title: str, outsid
                               (front["ci_high"] - front["accuracy"]).clip(lower=0)],
                         fmt="s" if grid else "o", mfc="none" if grid else colour, color=colour, ms=5, capsize=2,
                         elinewidth=0.8, lw=0, zorder=3)
-            ax.step(front[column], front["accuracy"], where="post" if larger else "pre", color=colour, lw=1.3,
+            # the best accuracy within a budget: flat from a front run until the next one improves on it
+            ax.step(front[column], front["accuracy"], where="pre" if larger else "post", color=colour, lw=1.3,
                     ls="--" if grid else "-", zorder=3)
             if outside is not None and not outside.empty and not grid:
                 fixed = outside[outside["method"] == p["method"].iloc[0]]
@@ -247,6 +251,10 @@ def frontier_figure(studies: list[Study], runs: pd.DataFrame, title: str, outsid
         ax.set_xlabel(label)
         ax.set_ylabel("accuracy (%), bars: 95 % Wilson interval")
         ax.grid(alpha=0.3)
+        below = int((every["accuracy"] < floor).sum())
+        if below:  # the trade-off lives near the best accuracy: a cliff far below would flatten it
+            ax.set_ylim(floor, min(100.5, every["accuracy"].max() + 2))
+            ax.set_title(f"accuracy axis cut at {floor:.0f} %: {below} run(s) below, see the tables", fontsize=8)
     handles = [Line2D([], [], color=colours[s], marker="o", lw=1.3, label=s) for s in searches]
     if any(s.kind == "grid" for s in studies):
         handles.append(Line2D([], [], color="grey", marker="s", mfc="none", ls="--", label="grid (same budget)"))
