@@ -143,8 +143,8 @@ def summarise_fronts(studies: list[Study], runs: pd.DataFrame) -> tuple[pd.DataF
 
 def outside_runs(studies: list[Study], runs: pd.DataFrame) -> pd.DataFrame:
     """The folder's runs that no study holds (e.g. a paper's fixed setting run beside the searches), each with the
-    searched front runs of its own method that dominate it (at least as accurate, at most as many NFE, better in
-    one): an empty `dominated_by` means the fixed setting is on its method's front."""
+    searched runs of its own method that dominate it (at least as accurate, at most as many NFE, better in one):
+    an empty `dominated_by` means no searched run beats the fixed setting."""
     in_studies = {t["run_id"] for s in studies for t in s.trials}
     sub = runs[~runs["run_id"].isin(in_studies)].reset_index(drop=True)
     if sub.empty:
