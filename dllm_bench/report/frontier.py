@@ -254,6 +254,9 @@ def frontier_figure(studies: list[Study], runs: pd.DataFrame, title: str, outsid
         below = int((every["accuracy"] < floor).sum())
         if below:  # the trade-off lives near the best accuracy: a cliff far below would flatten it
             ax.set_ylim(floor, min(100.5, every["accuracy"].max() + 2))
+            shown = every.loc[every["accuracy"] >= floor, column]
+            pad = 0.05 * (shown.max() - shown.min() or 1.0)
+            ax.set_xlim(shown.min() - pad, shown.max() + pad)
             ax.set_title(f"accuracy axis cut at {floor:.0f} %: {below} run(s) below, see the tables", fontsize=8)
     handles = [Line2D([], [], color=colours[s], marker="o", lw=1.3, label=s) for s in searches]
     if any(s.kind == "grid" for s in studies):
