@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: help setup sandbox-deps test lint demo bench reproduce-table clean-venv
+.PHONY: help setup sandbox-deps test lint demo bench reproduce-table frontier clean-venv
 
 help:  ## list targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-18s %s\n", $$1, $$2}'
@@ -34,7 +34,7 @@ test: setup  ## run the test suite
 	$(PY) -m pytest -q tests
 
 lint: setup  ## ruff
-	$(VENV)/bin/ruff check dllm_bench tests scripts
+	$(VENV)/bin/ruff check dllm_bench hydra_plugins tests scripts
 
 clean-venv:  ## remove the virtual environment
 	rm -rf $(VENV)
@@ -45,6 +45,14 @@ demo: $(STAMP)  ## sweep rules x caches on the embedded tiny model; table, CSVs 
 bench: setup  ## decoding-engine benchmarks and the batch speed-up; CSVs under results/bench/
 	$(PY) scripts/bench.py
 	$(PY) scripts/bench_batch.py
+
+RULE ?= frechet
+TASK ?= sudoku
+MODEL ?= tiny_llada
+# tiny-model settings; FRONTIER_ARGS="--grid" adds the even grid at the same budget, overrides go after them
+FRONTIER_ARGS ?= batch_size=50 num_threads=1
+frontier: $(STAMP)  ## searched accuracy-NFE front of RULE on TASK (MODEL): runs, table and plot under results/frontier/
+	$(PY) scripts/frontier.py --rule $(RULE) --task $(TASK) --model $(MODEL) $(FRONTIER_ARGS)
 
 reproduce-table: setup  ## build paper tables (TABLE=<name> for one); runs missing runs the machine can run
 	$(PY) scripts/reproduce_table.py $(if $(TABLE),--table $(TABLE),--all)

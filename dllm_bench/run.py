@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 
 import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -15,6 +16,8 @@ from dllm_bench.runner.validate import ConfigError
 PROG = "dllm-bench"
 
 log = logging.getLogger("dllm_bench.run")
+# Optuna marks TPE's joint model experimental on every build of a frontier search's sampler (docs/frontier.md)
+warnings.filterwarnings("ignore", message="``multivariate`` option is an experimental feature")
 register_resolvers()
 
 
