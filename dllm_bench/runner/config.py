@@ -17,10 +17,21 @@ CONF_DIR = PACKAGE_DIR.parent / "conf"
 NON_OUTPUT_KEYS = ("name", "output_dir", "limit", "offset", "progress", "trace", "warmup", "timing_docs", "hydra")
 
 
+def log_dir(output_dir: Any, name: Any) -> str:
+    """`${log_dir:${output_dir},${name}}`: Hydra's log folder of a run, after checking that both keys keep it
+    inside output_dir (Hydra makes the folder before the app runs, so the check cannot wait for validation)."""
+    from dllm_bench.runner.validate import check_output_location
+
+    check_output_location(output_dir, name)
+    return f"{output_dir}/.hydra/{name}"
+
+
 def register_resolvers() -> None:
-    """Register `${pkg_path:rel}` (absolute path inside the dllm_bench package); idempotent."""
+    """Register `${pkg_path:rel}` (absolute path inside the dllm_bench package) and `${log_dir:...}`; idempotent."""
     if not OmegaConf.has_resolver("pkg_path"):
         OmegaConf.register_new_resolver("pkg_path", lambda rel: str(PACKAGE_DIR / rel))
+    if not OmegaConf.has_resolver("log_dir"):
+        OmegaConf.register_new_resolver("log_dir", log_dir)
 
 
 register_resolvers()

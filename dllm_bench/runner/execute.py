@@ -16,11 +16,13 @@ from dllm_bench.models.loading import checkpoint_fingerprint
 from dllm_bench.runner.completions import COUNT_KEYS, completion_texts, eos_token_id, paper_completion
 from dllm_bench.runner.config import compute_run_id, flatten
 from dllm_bench.runner.environment import cpu_count, environment_info, is_loaded, load_average
+from dllm_bench.runner.errors import RunInterrupted
 from dllm_bench.runner.interface import Engine, EngineFactory, Generation
 from dllm_bench.runner.progress import RunProgress, TimingProgress
 from dllm_bench.runner.sharding import DistContext, barrier, init_distributed, shard, shutdown
 from dllm_bench.runner.store import ResultsStore
 from dllm_bench.runner.summary import PAPER_CUT_COLUMN, count_column, summarise, summarise_timing
+from dllm_bench.runner.threads import apply_num_threads
 from dllm_bench.runner.validate import ConfigError, build_task, validate_config
 from dllm_bench.tasks import Task
 from dllm_bench.tasks.chat import render_prompt
@@ -219,7 +221,7 @@ def execute(cfg: DictConfig | dict[str, Any], engine_factory: EngineFactory | No
     c["model"]["fingerprint"] = checkpoint_fingerprint(c["model"]["name_or_path"])
     task = build_task(c["task"])
     run_id = compute_run_id(c)
-    machine = {"cpu_count": cpu_count(), "load_avg_start": load_average()}
+    machine = {"cpu_count": cpu_count(), "num_threads_used": None, "load_avg_start": load_average()}
     started = _now()
     all_docs = task.all_docs()
     selected = select_documents(len(all_docs), int(c.get("offset", 0)), c.get("limit"), c["task"]["name"])
@@ -236,8 +238,7 @@ def execute(cfg: DictConfig | dict[str, Any], engine_factory: EngineFactory | No
                  len(selected) - len(todo), len(mine), ctx.rank, ctx.world_size)
         device_name = "none (nothing to decode)"
         if mine or mine_timed:
-            if c.get("num_threads"):
-                torch.set_num_threads(int(c["num_threads"]))
+            machine["num_threads_used"] = apply_num_threads(c.get("num_threads"), str(c["model"]["name_or_path"]))
             engine = (engine_factory or default_engine_factory)(c, ctx)
             device_name = engine.device_name
             if mine:
@@ -249,6 +250,10 @@ def execute(cfg: DictConfig | dict[str, Any], engine_factory: EngineFactory | No
         if ctx.is_main:
             machine["load_avg_end"] = load_average()
             row = _finalise(c, run_id, store, all_docs, selected, started, device_name, ctx, machine)
+    except KeyboardInterrupt:
+        kept = len(store.finished_ids())
+        store.discard_if_empty()
+        raise RunInterrupted(kept) from None
     except BaseException:
         store.discard_if_empty()
         raise
