@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import sys
 
 import hydra
 from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from dllm_bench.runner.compose import append_unknown_key
 from dllm_bench.runner.config import CONF_DIR, register_resolvers
 from dllm_bench.runner.errors import (
     CHOICE_ENV,
@@ -77,23 +77,6 @@ def app(cfg: DictConfig) -> dict | None:
               f"-> {cfg.output_dir}/{cfg.name}/{row['run_id']}")
     log.debug("resolved config:\n%s", OmegaConf.to_yaml(cfg))
     return row
-
-
-UNKNOWN_OVERRIDE = re.compile(r"Could not override '([^']+)'")
-
-
-def append_unknown_key(argv: list[str], err: BaseException) -> list[str] | None:
-    """argv with the override Hydra could not apply (a key the config lacks: a typo) turned into `+key=value`,
-    so the composed config reaches `check_keys`, whose message names the key, the value and the allowed keys;
-    None when the error is another one."""
-    match = UNKNOWN_OVERRIDE.search(str(err))
-    if match is None or match.group(1).startswith("hydra."):
-        return None
-    key = match.group(1)
-    for i, arg in enumerate(argv):
-        if not arg.startswith(("-", "+", "~")) and arg.partition("=")[0] == key:
-            return [*argv[:i], "+" + arg, *argv[i + 1:]]
-    return None
 
 
 def run_app() -> None:

@@ -132,7 +132,7 @@ def check_output_location(output_dir: Any, name: Any) -> None:
         _fail("name", name, "one folder name inside output_dir is required (no '/', not '.' or '..', not empty)")
 
 
-def _validate_decoding(c: dict[str, Any]) -> None:
+def check_decoding(c: dict[str, Any]) -> None:
     """The engine's builders and the run's `DecodeSpec` judge the policy, rule and cache values and their pairing."""
     try:
         build_spec(c)
@@ -274,6 +274,6 @@ def validate_config(cfg: DictConfig | dict) -> dict[str, Any]:
     _validate_model(c["model"])
     task = build_task(c["task"])
     _validate_top_level(c)
-    _validate_decoding(c)
+    check_decoding(c)
     _validate_combination(c, task)
     return c
