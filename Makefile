@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: help setup sandbox-deps test lint demo bench reproduce-table clean-venv
+.PHONY: help setup sandbox-deps test test-fast lint demo bench reproduce-table clean-venv
 
 help:  ## list targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-18s %s\n", $$1, $$2}'
@@ -30,8 +30,15 @@ sandbox-deps:  ## bubblewrap for the code sandbox (docs/sandbox.md): apt-get as 
 	    exit 1; \
 	  fi; }
 
-test: setup  ## run the test suite
+test: setup  ## run the whole test suite (what CI runs)
 	$(PY) -m pytest -q tests
+
+# The inner loop: unit tests of the engine, the models, the runner's checks and the adapters' key handling;
+# no `slow` tests, none of the end-to-end folders (report, tiny, llada_v, the CLI runs).
+FAST_TESTS ?= FAST_SELECTION
+
+test-fast: setup  ## the inner loop: a fast subset of the suite (FAST_TESTS)
+	$(PY) -m pytest -q -m "not slow and not exhaustive" $(FAST_TESTS)
 
 lint: setup  ## ruff
 	$(VENV)/bin/ruff check dllm_bench tests scripts
