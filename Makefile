@@ -33,9 +33,28 @@ sandbox-deps:  ## bubblewrap for the code sandbox (docs/sandbox.md): apt-get as 
 test: setup  ## run the whole test suite (what CI runs)
 	$(PY) -m pytest -q tests
 
-# The inner loop: unit tests of the engine, the models, the runner's checks and the adapters' key handling;
-# no `slow` tests, none of the end-to-end folders (report, tiny, llada_v, the CLI runs).
-FAST_TESTS ?= FAST_SELECTION
+# The inner loop: unit tests of the engine's rules, schedules and config, the runner's checks and store, the
+# adapters' key handling and the task scorers; no `slow` tests, no equivalence or end-to-end suites (caches
+# against references, benchmarks, CLI runs, tiny training, LLaDA-V): `make test` runs those.
+FAST_TESTS ?= tests/test_import_graph.py \
+	tests/decoding/test_config.py \
+	tests/decoding/test_confidence.py \
+	tests/decoding/test_schedules.py \
+	tests/decoding/test_selectors.py \
+	tests/decoding/test_spec.py \
+	tests/decoding/test_defaults_agree.py \
+	tests/runner/test_validate.py \
+	tests/runner/test_threads.py \
+	tests/runner/test_config_schema.py \
+	tests/runner/test_run_spec.py \
+	tests/runner/test_store.py \
+	tests/runner/test_completions.py \
+	tests/tasks/test_hub_offline.py \
+	tests/tasks/test_lm_eval_model_args.py \
+	tests/tasks/test_gsm8k.py \
+	tests/tasks/test_math_tasks.py \
+	tests/tasks/test_registry_and_data.py \
+	tests/report/test_aggregate.py
 
 test-fast: setup  ## the inner loop: a fast subset of the suite (FAST_TESTS)
 	$(PY) -m pytest -q -m "not slow and not exhaustive" $(FAST_TESTS)

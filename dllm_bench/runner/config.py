@@ -9,6 +9,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from dllm_bench.runner.paths import check_output_location
+
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 CONF_DIR = PACKAGE_DIR.parent / "conf"
 
@@ -20,8 +22,6 @@ NON_OUTPUT_KEYS = ("name", "output_dir", "limit", "offset", "progress", "trace",
 def log_dir(output_dir: Any, name: Any) -> str:
     """`${log_dir:${output_dir},${name}}`: Hydra's log folder of a run, after checking that both keys keep it
     inside output_dir (Hydra makes the folder before the app runs, so the check cannot wait for validation)."""
-    from dllm_bench.runner.validate import check_output_location
-
     check_output_location(output_dir, name)
     return f"{output_dir}/.hydra/{name}"
 

@@ -17,6 +17,10 @@ TRACEBACK_ENV = "HYDRA_FULL_ERROR"
 CHOICE_ENV = "DLLM_BENCH_TRACEBACK"
 
 
+class ConfigError(ValueError):
+    """A run config value is not allowed; the message names key, value and what is allowed."""
+
+
 def traceback_requested() -> bool:
     """Whether the user asked for full tracebacks (`HYDRA_FULL_ERROR=1`, Hydra's own switch)."""
     choice = os.environ.get(CHOICE_ENV)

@@ -289,6 +289,8 @@ def _finalise(c: dict[str, Any], run_id: str, store: ResultsStore, all_docs: lis
                                                 "decoded": decoded, **machine}]
     # throughput pools every session that decoded rows: any of them on a loaded machine marks the run
     timed = [s for s in sessions if s.get("decoded", True)]
+    # a session that only merged (nothing left to decode) reports the threads of the last one that decoded
+    threads = next((s["num_threads_used"] for s in reversed(timed) if s.get("num_threads_used") is not None), None)
     loaded = [is_loaded([s.get("load_avg_start"), s.get("load_avg_end")], int(s.get("cpu_count") or 1))
               for s in timed]
     info = {
@@ -304,7 +306,7 @@ def _finalise(c: dict[str, Any], run_id: str, store: ResultsStore, all_docs: lis
     }
     store.write_run_json(info)
     row = {"run_id": run_id, **flatten(c), **summary, "task_docs": len(all_docs), "world_size": ctx.world_size,
-           "device_name": device_name, **machine,
+           "device_name": device_name, **machine, "num_threads_used": threads,
            "machine_loaded": True if True in loaded else None if None in loaded or not loaded else False,
            "git_commit": env.get("git_commit"), "started_at": info["started_at"], "finished_at": info["finished_at"]}
     store.upsert_runs_csv(row)

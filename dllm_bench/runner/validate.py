@@ -21,6 +21,8 @@ from dllm_bench.decoding.config import CACHES, POLICIES, POLICY_CLASSES, SELECTO
 from dllm_bench.models.config import MODEL_TYPES
 from dllm_bench.runner.components import NO_RULE, build_spec
 from dllm_bench.runner.config import to_container
+from dllm_bench.runner.errors import ConfigError
+from dllm_bench.runner.paths import check_output_location
 from dllm_bench.runner.settings import GROUPS, ModelSettings, RunSettings, setting_names
 from dllm_bench.tasks import TASKS, Task, TaskConfig, get_task
 
@@ -37,10 +39,6 @@ HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 RENAMED = {"selector": "rule"}  # keys of earlier releases -> the group that replaced them
 UNEXPECTED_ARGUMENT = re.compile(r"unexpected keyword argument '(\w+)'")
 DEVICE = re.compile(r"^(cpu|cuda|cuda:\d+|mps|per_job)$")
-
-
-class ConfigError(ValueError):
-    """A run config value is not allowed; the message names key, value and what is allowed."""
 
 
 def _fail(key: str, value: Any, allowed: str) -> None:
@@ -119,17 +117,6 @@ def check_keys(c: dict[str, Any]) -> None:
         _unknown(f"{group}.", f"for {group} {name!r}", c[group], ("name", *(builder_parameters(kind, name) or ())))
         if name != NO_RULE or group != "rule":
             _check_types(f"{group}.", c[group], _decoding_class(kind, name))
-
-
-def check_output_location(output_dir: Any, name: Any) -> None:
-    """`output_dir` a non-empty path and `name` one folder name inside it, so nothing lands elsewhere (the
-    repository, the filesystem root, a sibling of output_dir); checked before Hydra makes its log folder."""
-    if not isinstance(output_dir, str) or not output_dir.strip():
-        _fail("output_dir", output_dir, "a directory path is required (relative paths start from the current "
-                                        "directory; the default is results)")
-    if (not isinstance(name, str) or name.strip() in ("", ".", "..") or "/" in name or "\\" in name
-            or name != name.strip()):
-        _fail("name", name, "one folder name inside output_dir is required (no '/', not '.' or '..', not empty)")
 
 
 def check_decoding(c: dict[str, Any]) -> None:
