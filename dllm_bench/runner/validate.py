@@ -10,7 +10,7 @@ import json
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import fields
+from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
 
@@ -92,8 +92,9 @@ def _check_types(prefix: str, values: dict[str, Any], cls: type) -> None:
         if len(kinds) + optional != len(parts):
             continue
         value = values[f.name]
-        if (value is None and optional) or any(check(value) for check, _ in kinds):
-            continue
+        required = f.default is MISSING and f.default_factory is MISSING
+        if (value is None and (optional or required)) or any(check(value) for check, _ in kinds):
+            continue  # a required value left null: the builder says what it needs it for
         wanted = " or ".join([what for _, what in kinds] + (["null"] if optional else []))
         _fail(f"{prefix}{f.name}", value, f"{wanted} is required")
 
