@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: help setup sandbox-deps test lint demo bench reproduce-table frontier clean-venv
+.PHONY: help setup sandbox-deps test test-fast lint demo bench reproduce-table frontier clean-venv
 
 help:  ## list targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-18s %s\n", $$1, $$2}'
@@ -30,8 +30,34 @@ sandbox-deps:  ## bubblewrap for the code sandbox (docs/sandbox.md): apt-get as 
 	    exit 1; \
 	  fi; }
 
-test: setup  ## run the test suite
+test: setup  ## run the whole test suite (what CI runs)
 	$(PY) -m pytest -q tests
+
+# The inner loop: unit tests of the engine's rules, schedules and config, the runner's checks and store, the
+# adapters' key handling and the task scorers; no `slow` tests, no equivalence or end-to-end suites (caches
+# against references, benchmarks, CLI runs, tiny training, LLaDA-V): `make test` runs those.
+FAST_TESTS ?= tests/test_import_graph.py \
+	tests/decoding/test_config.py \
+	tests/decoding/test_confidence.py \
+	tests/decoding/test_schedules.py \
+	tests/decoding/test_selectors.py \
+	tests/decoding/test_spec.py \
+	tests/decoding/test_defaults_agree.py \
+	tests/runner/test_validate.py \
+	tests/runner/test_threads.py \
+	tests/runner/test_config_schema.py \
+	tests/runner/test_run_spec.py \
+	tests/runner/test_store.py \
+	tests/runner/test_completions.py \
+	tests/tasks/test_hub_offline.py \
+	tests/tasks/test_lm_eval_model_args.py \
+	tests/tasks/test_gsm8k.py \
+	tests/tasks/test_math_tasks.py \
+	tests/tasks/test_registry_and_data.py \
+	tests/report/test_aggregate.py
+
+test-fast: setup  ## the inner loop: a fast subset of the suite (FAST_TESTS)
+	$(PY) -m pytest -q -m "not slow and not exhaustive" $(FAST_TESTS)
 
 lint: setup  ## ruff
 	$(VENV)/bin/ruff check dllm_bench hydra_plugins tests scripts

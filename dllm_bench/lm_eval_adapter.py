@@ -1,7 +1,13 @@
 """lm-evaluation-harness model `dllm_bench`: lm-eval's tasks decoded by our engine (any selector, any cache).
 
     python -m dllm_bench.lm_eval_adapter --model dllm_bench \
-        --model_args model=GSAI-ML/LLaDA-8B-Instruct,selector=frechet,delta=0.25,cache=dual --tasks gsm8k
+        --model_args pretrained=GSAI-ML/LLaDA-8B-Instruct,rule=frechet,rule.delta=0.25,cache=dual --tasks gsm8k
+
+`model_args` are the runner's own keys (`rule=frechet,rule.delta=0.2,cache=dllm,cache.prompt_interval=100,
+policy=slowfast_code`, `model=llada_8b_instruct`, `model.dtype=bfloat16`, `gen_length=256`, ...), composed from
+conf/ and checked exactly as `dllm-bench` checks them (`adapter_run_config`); lm-eval's own are `pretrained`
+(the checkpoint), `batch_size`, `max_batch_size`, `device`, and the likelihood options below. lm-eval splits
+`model_args` at commas, so each key takes one value (no sweeps, no lists).
 
 lm-eval 0.4.13 finds models only in its registry, so this module must be imported before lm-eval looks the
 name up: run it as above (it imports, then hands over to lm-eval's CLI, `accelerate launch -m
@@ -24,23 +30,19 @@ import torch.nn.functional as F
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
-from dllm_bench.decoding import (
-    DecodeSpec,
-    Decoding,
-    Sampling,
-    build_cache,
-    build_policy,
-    build_selector,
-    generate,
-)
+from dllm_bench.decoding import generate
 from dllm_bench.decoding.accounting import cut_at_stop_strings
 from dllm_bench.models import load_model
+from dllm_bench.models.loading import token_ids
+from dllm_bench.runner.components import build_spec
+from dllm_bench.runner.compose import compose_run_config
+from dllm_bench.runner.config import CONF_DIR, to_container
+from dllm_bench.runner.settings import GROUPS
+from dllm_bench.runner.validate import ConfigError, check_decoding, check_keys
 from dllm_bench.tasks.chat import chat_wrap
 
 log = logging.getLogger(__name__)
 
-SELECTORS = ("topk", "threshold", "factor", "frechet")
-CACHES = ("none", "prefix", "dual", "dllm")
 LM_EVAL_DEFAULT_DEVICE = "cuda:0"  # what lm-eval's CLI passes when no --device was given
 
 if __name__ == "__main__":
@@ -69,20 +71,50 @@ class DecodingStats:
                 "tokens_per_nfe": self.tokens / self.nfe if self.nfe else None}
 
 
-def _build_decoding(selector: str, cache: str, steps: int | None, gen_length: int, block_length: int,
-                    params: dict[str, float], refresh_every: int | None, sampling: Sampling) -> DecodeSpec:
-    """The decode spec of plain model_args values, checked before the model loads."""
-    if selector not in SELECTORS:
-        raise ValueError(f"selector={selector!r}: expected one of {SELECTORS}")
-    if cache not in CACHES:
-        raise ValueError(f"cache={cache!r}: expected one of {CACHES}")
-    sel = build_selector(selector, **params)
-    policy = build_policy("blocks", steps=steps if selector == "topk" else None)
-    if cache in ("prefix", "dual"):
-        cache_obj = build_cache(cache, refresh_every=refresh_every)
-    else:
-        cache_obj = build_cache(cache)
-    return DecodeSpec(Decoding(gen_length, block_length, policy, sel, cache_obj), sampling)
+# Where the adapter's defaults differ from conf/config.yaml's (the tiny Sudoku's 24/8 with early stop): the
+# papers' answer region, decoded whole as their lm-eval runs did; model_args override them.
+# gen_length=None: each request's max_gen_toks in whole blocks.
+ADAPTER_DEFAULTS = {"gen_length": 256, "block_length": 32, "early_stop": False}
+# model_args of earlier releases -> the runner key that replaced each
+OLD_NAMES = {"selector": "rule", "delta": "rule.delta", "tau": "rule.tau", "f": "rule.f", "steps": "policy.steps",
+             "refresh_every": "cache.refresh_every", "dtype": "model.dtype", "chat": "model.chat"}
+# runner keys that choose documents or output: lm-eval's own options (--tasks, --limit, --output_path) do that
+NOT_FOR_LM_EVAL = ("task", "name", "output_dir", "limit", "offset", "trace", "progress", "warmup", "timing_docs",
+                   "num_threads", "count_rule")
+
+
+def _override(key: str, value: Any) -> str:
+    """A model_args pair as the runner's command-line override: lm-eval has already turned "true" into True and
+    "none" into None, which for a group is its option `none` (rule=none, cache=none)."""
+    if value is None:
+        return f"{key}={'none' if key in GROUPS else 'null'}"
+    return f"{key}={str(value).lower() if isinstance(value, bool) else value}"
+
+
+def adapter_run_config(run_keys: dict[str, Any], pretrained: str | None) -> dict[str, Any]:
+    """The run config of model_args' runner keys: conf/ composed with them and checked by the runner's own
+    `check_keys` and `check_decoding`; ConfigError (one line: key, value, what is allowed) before any load."""
+    for key, value in run_keys.items():
+        group = key.partition(".")[0]
+        if key in OLD_NAMES:
+            raise ConfigError(f"{key}={value!r} is not allowed: model_args use the runner's keys: "
+                              f"{_override(OLD_NAMES[key], value)} (docs/tasks.md)")
+        if group in NOT_FOR_LM_EVAL:
+            raise ConfigError(f"{key}={value!r} is not allowed: lm-eval's own options choose the documents and the "
+                              "output (--tasks, --limit, --output_path)")
+        if key == "model" and not (CONF_DIR / "model" / f"{value}.yaml").is_file():
+            presets = ", ".join(sorted(p.stem for p in (CONF_DIR / "model").glob("*.yaml")))
+            raise ConfigError(f"model={value!r} is not allowed: choose one of {presets} (conf/model/); the "
+                              "checkpoint itself goes in pretrained=<hub id or folder>")
+    keys = {**ADAPTER_DEFAULTS, **run_keys}
+    if keys["gen_length"] in (None, 0):
+        keys["gen_length"] = keys["block_length"]  # checked at one block; each request sets its own length
+    if pretrained is not None:
+        keys["model.name_or_path"] = pretrained
+    c = to_container(compose_run_config([_override(k, v) for k, v in keys.items()]))
+    check_keys(c)
+    check_decoding(c)
+    return c
 
 
 def device_requested(device: str | None, argv: list[str] | None = None) -> bool:
@@ -99,68 +131,48 @@ class DllmBenchLM(LM):
 
     def __init__(
         self,
-        model: str | None = None,
-        selector: str = "frechet",
-        delta: float = 0.25,
-        tau: float = 0.9,
-        f: float = 1.0,
-        steps: int | None = None,
-        cache: str = "none",
-        refresh_every: int | None = None,
-        gen_length: int | None = 256,
-        block_length: int = 32,
-        chat: bool | None = None,
+        pretrained: str | None = None,
         batch_size: int | str = 1,
         max_batch_size: int | None = None,
+        device: str | None = None,
         mc_num: int = 128,
         mc_batch_size: int = 32,
         check_greedy: bool = False,
-        temperature: float = 0.0,
-        confidence_precision: str = "float64",
-        seed: int = 0,
-        dtype: str | None = None,
-        device: str | None = None,
         stats_path: str | None = None,
         max_length: int | None = None,
-        pretrained: str | None = None,
-        **unused: Any,
+        **run_keys: Any,
     ) -> None:
         super().__init__()
-        if (model is None) == (pretrained is None):
-            raise ValueError(f"model={model!r}, pretrained={pretrained!r}: give the checkpoint (hub id or local "
-                             "directory) once, as pretrained= (lm-eval then names its output folder after it) "
-                             "or model=")
-        model = str(model if pretrained is None else pretrained)
-        if unused:
-            raise ValueError(f"unknown model_args {sorted(unused)}; see dllm_bench/lm_eval_adapter.py for the list")
+        if pretrained is None and "model.name_or_path" not in run_keys and "model" not in run_keys:
+            raise ConfigError("pretrained=None is not allowed: give the checkpoint (hub id or local directory) as "
+                              "pretrained= (lm-eval names its output folder after it) or model=<conf/model preset>")
+        c = adapter_run_config(run_keys, None if pretrained is None else str(pretrained))
         if mc_num < 1 or mc_batch_size < 1 or mc_num % mc_batch_size:
             raise ValueError(f"mc_num={mc_num}, mc_batch_size={mc_batch_size}: need mc_num a positive multiple of it")
         if max_length not in (None, "None") and int(max_length) < 2:
             raise ValueError(f"max_length={max_length}: a rolling window needs at least 2 tokens (context + target)")
-        params = {"threshold": {"tau": float(tau)}, "factor": {"f": float(f)}, "frechet": {"delta": float(delta)},
-                  "topk": {}}.get(selector, {})
-        self.gen_length = None if gen_length in (None, "None", 0) else int(gen_length)
-        self.block_length = int(block_length)
-        self.spec = _build_decoding(
-            selector, cache, None if steps in (None, "None") else int(steps), self.gen_length or self.block_length,
-            self.block_length, params, None if refresh_every in (None, "None") else int(refresh_every),
-            Sampling(temperature=float(temperature), confidence_precision=confidence_precision))
-        self._setup_distributed(device)
-        self.model = load_model(model, dtype=dtype, device=self._device)
+        model = str(c["model"]["name_or_path"])
+        self.gen_length = None if run_keys.get("gen_length", 1) in (None, 0) else int(c["gen_length"])
+        self.block_length = int(c["block_length"])
+        self._setup_distributed(device or c["model"].get("device"))
+        self.model = load_model(model, dtype=c["model"].get("dtype"), device=self._device)
         self.tokenizer = self.model.tokenizer
         if self.tokenizer is None:
             raise ValueError(f"model={model!r}: no tokenizer next to the weights; lm-eval needs one")
+        forbidden = token_ids(self.tokenizer, c["model"].get("forbidden_tokens") or [], "model.forbidden_tokens")
+        self.spec = build_spec(c, forbidden_token_ids=forbidden, tokenizer=self.tokenizer)
         self.config = self.model.config
         self.max_length = self.config.max_sequence_length if max_length in (None, "None") else int(max_length)
         if self.max_length > self.config.max_sequence_length:
             raise ValueError(f"max_length={max_length}: more than the model's max_sequence_length "
                              f"{self.config.max_sequence_length}")
-        self.chat = bool(self.config.is_instruct) if chat in (None, "None") else bool(chat)
+        # a conf/model preset or model.chat decides; with only pretrained=, instruct checkpoints chat
+        chat_chosen = "model" in run_keys or "model.chat" in run_keys
+        self.chat = bool(c["model"]["chat"]) if chat_chosen else bool(self.config.is_instruct)
         # lm-eval's "auto" batch sizing probes memory with HF models; here a string falls back to max_batch_size or 1
         self.batch_size = int(batch_size) if str(batch_size).isdigit() else int(max_batch_size or 1)
         self.mc_num, self.mc_batch_size, self.check_greedy = int(mc_num), int(mc_batch_size), bool(check_greedy)
-        self.spec = replace(self.spec, accounting=replace(self.spec.accounting, tokenizer=self.tokenizer))
-        self.seed, self.stats_path = int(seed), stats_path
+        self.seed, self.stats_path = int(c["seed"]), stats_path
         self.model_name = model
         self.stats = DecodingStats()
         self._lm_eval_templated = False

@@ -4,13 +4,25 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import warnings
 
 import hydra
+from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from dllm_bench.runner.compose import append_unknown_key
 from dllm_bench.runner.config import CONF_DIR, register_resolvers
-from dllm_bench.runner.errors import CHOICE_ENV, TRACEBACK_ENV, report, traceback_requested
+from dllm_bench.runner.errors import (
+    CHOICE_ENV,
+    TRACEBACK_ENV,
+    cause_of_kind,
+    interrupted_line,
+    missing_option_line,
+    one_line,
+    report,
+    traceback_requested,
+)
 from dllm_bench.runner.validate import ConfigError
 
 PROG = "dllm-bench"
@@ -70,23 +82,49 @@ def app(cfg: DictConfig) -> dict | None:
     return row
 
 
+def run_app() -> None:
+    """Hydra's app; a typed key the config lacks is retried as an addition for our own one-line refusal."""
+    for _ in range(len(sys.argv)):
+        try:
+            app()
+            return
+        except ConfigCompositionException as err:
+            retry = append_unknown_key(sys.argv[1:], err)
+            if retry is None:
+                raise
+            sys.argv[1:] = retry
+    app()
+
+
 def main() -> None:
     """The console script: Hydra's own errors (composition, output folders) become one line too."""
     saved = {key: os.environ.get(key) for key in (CHOICE_ENV, TRACEBACK_ENV)}
+    argv = list(sys.argv)
     wants_traceback = traceback_requested()
     os.environ[CHOICE_ENV] = "1" if wants_traceback else "0"
     os.environ[TRACEBACK_ENV] = "1"  # Hydra re-raises instead of printing a stripped traceback and exiting 1
     try:
-        app()
+        run_app()
     except BrokenPipeError:  # output piped into a reader that stopped (`dllm-bench --help | head`)
         os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
         raise SystemExit(0) from None
+    except KeyboardInterrupt as err:
+        if wants_traceback:
+            raise
+        print(interrupted_line(PROG, err), file=sys.stderr, flush=True)
+        raise SystemExit(130) from None
     except Exception as err:
         if wants_traceback:
             raise
-        report(PROG, err)
+        config_error = cause_of_kind(err, ConfigError)
+        option = missing_option_line(err)
+        if config_error is not None or option is not None:
+            print(f"{PROG}: config error: {option or one_line(config_error)}", file=sys.stderr, flush=True)
+        else:
+            report(PROG, err)
         raise SystemExit(2) from None
     finally:
+        sys.argv[:] = argv
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)

@@ -40,7 +40,7 @@ from dllm_bench.report.estimate import (  # noqa: E402
 )
 from dllm_bench.report.pareto import plot_frontiers, published_points, run_points  # noqa: E402
 from dllm_bench.report.profile import TraceGroup, analyse_group, plot_profile, profile_markdown  # noqa: E402
-from dllm_bench.report.render import write_table  # noqa: E402
+from dllm_bench.report.render import settings_short, write_table  # noqa: E402
 from dllm_bench.report.runs import compose_config, find_runs_csv, override_list, read_runs  # noqa: E402
 from dllm_bench.report.tables import TABLES, TableSpec, get_table, table_cells  # noqa: E402
 
@@ -52,7 +52,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     which.add_argument("--table", help=f"one of: {', '.join(TABLES)}")
     which.add_argument("--all", action="store_true", help="every table")
     parser.add_argument("--results-dir", default=str(DEFAULT_RESULTS), help="where the runner writes runs")
-    parser.add_argument("--out", default=str(REPO / "results" / "tables"), help="Markdown/LaTeX/CSV output folder")
+    parser.add_argument("--out", default=None,
+                        help="Markdown/LaTeX/CSV output folder (default results/tables; with --batched "
+                             "results/batched/tables, beside the committed batch-1 tables, never over them)")
     parser.add_argument("--no-run", action="store_true", help="build from existing runs only")
     parser.add_argument("--dry-run", action="store_true", help="print the commands of missing cells, run nothing")
     parser.add_argument("--gpu", action="store_true", help="also run GPU cells (default: only if CUDA is present)")
@@ -89,6 +91,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(f"--set {item!r}: expected KEY=VALUE")
         args.extra[key] = yaml.safe_load(value)
     check_batched_mode(parser, args)
+    if args.out is None:
+        args.out = str(REPO / "results" / ("batched" if args.batched else "") / "tables")
     return args
 
 
@@ -217,7 +221,7 @@ def write_frontiers(spec: TableSpec, results: list[CellResult], results_dir: Pat
                      and r.cell.overrides.get("task") == task]
         stem = plots / (f"{spec.name}_pareto" if runs["task.name"].nunique() == 1 else f"{spec.name}_{task}_pareto")
         written = plot_frontiers(run_points(group), stem, published_points(published) or None,
-                                 title=f"{spec.title} ({task})")
+                                 title=f"{spec.title} ({task}; {settings_short(results)})")
         print(f"[{spec.name}] Pareto plot -> {written[0]}", flush=True)
 
 

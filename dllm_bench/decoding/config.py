@@ -221,8 +221,8 @@ class DualCache:
 class DLLMCache:
     """dLLM-Cache: prompt refreshed every K_p forwards, response every K_r, V-verify ratio rho on the rest."""
 
-    prompt_interval: int = 50
-    response_interval: int = 7
+    prompt_interval: int = 100  # dLLM-Cache's LLaDA-Base setting; its LLaDA-Instruct GSM8K run used 50/7
+    response_interval: int = 6
     verify_ratio: float = 0.25
     layer0_always: bool = True
     name: str = field(default="dllm", init=False)

@@ -383,11 +383,10 @@ class SlowFastPolicy:
         return state.block >= state.num_blocks
 
 
+# SlowFast settings as changes to SlowFastPolicy's defaults (the public code's, preset "code"); the one source of
+# the presets: conf/policy/slowfast_<preset>.yaml must agree (tests/decoding/test_defaults_agree.py).
 SLOWFAST_PRESETS = {
-    "code": dict(explore_steps=6, tau_min=0.3, stability_window=2, stability_threshold=1.0, tau_high=0.9),
-    "paper": dict(explore_steps=8, tau_min=0.1, stability_window=2, stability_threshold=1.0, tau_high=0.85),
-    "dream": dict(
-        explore_steps=6, tau_min=0.1, stability_window=2, stability_threshold=1.0, tau_high=0.9, explore_tau=0.8,
-        variant="dream",
-    ),
+    "code": {},
+    "paper": dict(explore_steps=8, tau_min=0.1, tau_high=0.85),  # the paper's section 4.2
+    "dream": dict(tau_min=0.1, explore_tau=0.8, variant="dream"),
 }

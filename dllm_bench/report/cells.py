@@ -1,7 +1,7 @@
 """What each table cell runs, in words: the composed config's policy, rule, cache, counting and scoring per cell.
 
 `docs/reports.md` embeds this listing for every paper table (`scripts/reproduce_table.py --cells` prints it);
-a test checks the two agree, so the docs always say what the data in conf/table/ makes the runner do.
+a test checks the two agree, so the docs always say what the data in dllm_bench/report/table_specs/ makes the runner do.
 """
 
 from __future__ import annotations

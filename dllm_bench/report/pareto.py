@@ -237,7 +237,8 @@ def frontier_figure(points: pd.DataFrame, published: list[PublishedPoint] | None
         labels_per_ax.append(items)
     handles = [Line2D([], [], color=colours[m], marker="o", lw=1.2, label=m) for m in methods]
     if (points["method"] == ORACLE).any():
-        handles.append(Line2D([], [], color="black", marker="o", ls=":", lw=1, label="oracle (floor)"))
+        handles.append(Line2D([], [], color="black", marker="o", ls=":", lw=1,
+                              label="oracle: a bound (reference decode untimed), not a method"))
     for cache in [c for c in CACHE_MARKERS if c in set(points["cache"])]:
         handles.append(Line2D([], [], color="grey", marker=CACHE_MARKERS[cache], ls="none", label=f"cache {cache}"))
     if published:

@@ -20,7 +20,11 @@ LONG_COLUMNS = (
     "n_samples", "n_full", "n_repeats", "loaded", "batch_size", "throughput", "timing_docs", "timing_agreement",
     "status", "run_ids", "reason", "command",
 )
-BATCHED_MARK, NOT_COMPARABLE_MARK = "§", "¶"
+BATCHED_MARK, NOT_COMPARABLE_MARK, BOUND_MARK = "§", "¶", "◇"
+BOUND_NOTE = ("◇ = the oracle, a bound rather than a method: each step commits every position whose argmax already "
+              "equals this model's sequential decode, which it runs first and does not time; its NFE is a floor "
+              "for reproducing that decode and its Tok/s leaves the reference decode out, so it is not a "
+              "throughput any deployment could reach.")
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,8 @@ def _ours_text(spec: TableSpec, result: CellResult, e: Entry) -> str:
         text += f" ±{_fmt(agg.tokens_per_s_sd, e.ndigits)}"
     if e.metric in TIMED_METRICS and agg is not None and agg.loaded:
         text += "‡"
+    if e.metric != "accuracy" and is_bound(result):
+        text += BOUND_MARK
     if result.partial:
         text += f" n={agg.n_samples}†" if e.metric == "accuracy" else "†"
     return text + mode_mark(spec, result, e)
@@ -102,6 +108,45 @@ def verdict_mark(result: CellResult, e: Entry, note: int | None) -> str:
     """` [n]` on the accuracy line of a code-task cell: note n counts its sandbox verdicts."""
     agg = result.aggregate
     return f" [{note}]" if note is not None and e.metric == "accuracy" and agg is not None and agg.sandbox else ""
+
+
+def is_bound(result: CellResult) -> bool:
+    """Whether a cell runs the oracle rule (its speed figures are a bound, not a throughput point)."""
+    return bool(result.config) and (result.config.get("rule") or {}).get("name") == "oracle"
+
+
+def _setting(values: set) -> str:
+    return "/".join(str(v) for v in sorted(values, key=str))
+
+
+def settings_short(results: list[CellResult]) -> str:
+    """`gen 24, block 8, early stop on, count cut`: the settings line for a plot title."""
+    configs = [r.config for r in results if r.config]
+    if not configs:
+        return ""
+    stop = _setting({"on" if c.get("early_stop") else "off" for c in configs})
+    return (f"gen {_setting({c.get('gen_length') for c in configs})}, block "
+            f"{_setting({c.get('block_length') for c in configs})}, early stop {stop}, count "
+            f"{_setting({c.get('count_rule', 'cut') for c in configs})}")
+
+
+def settings_line(results: list[CellResult]) -> str:
+    """The decoding settings behind every number of the table: answer length, blocks, early stop and the token
+    count behind Tok/s and Tok/NFE (several values where cells differ); '' when no cell has a config."""
+    configs = [r.config for r in results if r.config]
+    if not configs:
+        return ""
+    gen = _setting({c.get("gen_length") for c in configs})
+    block = _setting({c.get("block_length") for c in configs})
+    stops = {bool(c.get("early_stop")) for c in configs}
+    stop = {frozenset({True}): "on", frozenset({False}): "off"}.get(frozenset(stops), "on in some cells")
+    rules = {c.get("count_rule", "cut") for c in configs}
+    line = (f"Decoding: answer region {gen} tokens in blocks of {block}; early stop {stop}; Tok/s and Tok/NFE count "
+            f"`{_setting(rules)}` tokens (docs/counting.md).")
+    if True in stops and "cut" in rules:
+        line += (" With early stop and `cut`, the EOS and padding a row commits before it stops cost forwards but "
+                 "are not counted, so one-token-per-step decoding shows under 1 token per forward.")
+    return line
 
 
 def cell_text(spec: TableSpec, result: CellResult, e: Entry, note: int | None) -> str:
@@ -246,7 +291,8 @@ def to_markdown(spec: TableSpec, results: list[CellResult]) -> str:
     numbers = _notes(results)
     header = [spec.row_header, "Metric", *[spec.label_col(c) for c in cols]]
     scored = scoring_line(results)
-    lines = [f"## {spec.title}", "", _legend(spec), "", *scored,
+    settings = [settings_line(results), ""] if settings_line(results) else []
+    lines = [f"## {spec.title}", "", *settings, _legend(spec), "", *scored,
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for _, fields in _grid_lines(spec, results, rows, cols, by_key, numbers):
         lines.append("| " + " | ".join(fields) + " |")
@@ -262,6 +308,8 @@ def to_markdown(spec: TableSpec, results: list[CellResult]) -> str:
                       "mode, shown where it differs (docs/tasks.md, \"Scoring modes\")."]
     if any(r.aggregate is not None and r.aggregate.loaded for r in results):
         lines += ["", LOADED_NOTE + ": its tokens/s may be slower than the machine can do."]
+    if any(is_bound(r) for r in results):
+        lines += ["", BOUND_NOTE]
     lines += mode_notes(spec, results)
     if spec.needs_gpu and any(r.status == "missing" for r in results):
         lines += ["", OFFLINE_NOTE]
@@ -282,7 +330,7 @@ def latex_escape(text: str) -> str:
     """Escape LaTeX specials so any label or note prints literally."""
     out = "".join(_LATEX_ESCAPES.get(ch, ch) for ch in text)
     return (out.replace("—", "--").replace("±", r"$\pm$").replace("†", r"$^\dagger$").replace("‡", r"$^\ddagger$")
-            .replace(BATCHED_MARK, r"\S{}").replace(NOT_COMPARABLE_MARK, r"\P{}")
+            .replace(BATCHED_MARK, r"\S{}").replace(NOT_COMPARABLE_MARK, r"\P{}").replace(BOUND_MARK, r"$\diamond$")
             .replace("−", "-").replace("…", r"\ldots{}"))
 
 
@@ -290,7 +338,8 @@ def to_latex(spec: TableSpec, results: list[CellResult]) -> str:
     """The same grid as a booktabs tabular; missing cells keep their note numbers."""
     rows, cols, by_key = _grid(results)
     numbers = _notes(results)
-    lines = [f"% {spec.title}", "% " + _legend(spec), r"\begin{tabular}{ll" + "l" * len(cols) + "}", r"\toprule",
+    settings = ["% " + latex_escape(settings_line(results))] if settings_line(results) else []
+    lines = [f"% {spec.title}", *settings, "% " + _legend(spec), r"\begin{tabular}{ll" + "l" * len(cols) + "}", r"\toprule",
              " & ".join(latex_escape(x) for x in [spec.row_header, "Metric", *[spec.label_col(c) for c in cols]])
              + r" \\", r"\midrule"]
     for i, (row, fields) in enumerate(_grid_lines(spec, results, rows, cols, by_key, numbers), start=1):
@@ -298,7 +347,8 @@ def to_latex(spec: TableSpec, results: list[CellResult]) -> str:
         if i % len(spec.metrics) == 0:
             lines.append(r"\midrule" if row != rows[-1] else r"\bottomrule")
     lines.append(r"\end{tabular}")
-    lines += ["% " + latex_escape(n) for n in [*_note_lines(results, numbers), *mode_notes(spec, results)] if n]
+    bound = [BOUND_NOTE] if any(is_bound(r) for r in results) else []
+    lines += ["% " + latex_escape(n) for n in [*_note_lines(results, numbers), *mode_notes(spec, results), *bound] if n]
     return "\n".join(lines) + "\n"
 
 

@@ -1,4 +1,4 @@
-"""The reproducible tables, read from `conf/table/<name>.yaml`: layout, metrics and each cell's run settings.
+"""The reproducible tables, read from `dllm_bench/report/table_specs/<name>.yaml`: layout, metrics and each cell's run settings.
 
 A table file names its preset (`conf/experiment/<preset>.yaml`, the table-wide settings) and lists its cells:
 the row and column they occupy, the Hydra overrides of the run that fills them, the published row they sit
@@ -18,7 +18,7 @@ from dllm_bench.report.published import PublishedRow, load_published
 from dllm_bench.runner.config import CONF_DIR
 from dllm_bench.tasks import TaskConfig
 
-TABLE_DIR = CONF_DIR / "table"
+TABLE_DIR = Path(__file__).resolve().parent / "table_specs"  # paper-cell data; not a Hydra group
 # Number of evaluation documents of each benchmark's test split as the papers ran them (for GPU-hour estimates).
 BENCHMARK_SIZES = {
     "gsm8k": 1319, "math": 5000, "humaneval": 164, "mbpp": 500, "mathvista": 1000, "mathverse": 788,
@@ -88,7 +88,7 @@ def _unknown(where: str, data: dict[str, Any], allowed: set[str]) -> None:
 
 
 def load_table(path: Path) -> TableSpec:
-    """One conf/table/<name>.yaml as a TableSpec; unknown keys are errors naming the file."""
+    """One dllm_bench/report/table_specs/<name>.yaml as a TableSpec; unknown keys are errors naming the file."""
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     _unknown(str(path), data, TABLE_KEYS)
     for i, cell in enumerate(data["cells"]):

@@ -9,6 +9,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from dllm_bench.runner.paths import check_output_location
+
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 CONF_DIR = PACKAGE_DIR.parent / "conf"
 
@@ -17,10 +19,19 @@ CONF_DIR = PACKAGE_DIR.parent / "conf"
 NON_OUTPUT_KEYS = ("name", "output_dir", "limit", "offset", "progress", "trace", "warmup", "timing_docs", "hydra")
 
 
+def log_dir(output_dir: Any, name: Any) -> str:
+    """`${log_dir:${output_dir},${name}}`: Hydra's log folder of a run, after checking that both keys keep it
+    inside output_dir (Hydra makes the folder before the app runs, so the check cannot wait for validation)."""
+    check_output_location(output_dir, name)
+    return f"{output_dir}/.hydra/{name}"
+
+
 def register_resolvers() -> None:
-    """Register `${pkg_path:rel}` (absolute path inside the dllm_bench package); idempotent."""
+    """Register `${pkg_path:rel}` (absolute path inside the dllm_bench package) and `${log_dir:...}`; idempotent."""
     if not OmegaConf.has_resolver("pkg_path"):
         OmegaConf.register_new_resolver("pkg_path", lambda rel: str(PACKAGE_DIR / rel))
+    if not OmegaConf.has_resolver("log_dir"):
+        OmegaConf.register_new_resolver("log_dir", log_dir)
 
 
 register_resolvers()

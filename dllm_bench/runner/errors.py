@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 from hydra.errors import HydraException
@@ -14,6 +15,10 @@ TRACEBACK_ENV = "HYDRA_FULL_ERROR"
 # The user's choice, fixed by `dllm-bench`'s entry point before it sets HYDRA_FULL_ERROR for Hydra itself
 # (inherited by launcher worker processes).
 CHOICE_ENV = "DLLM_BENCH_TRACEBACK"
+
+
+class ConfigError(ValueError):
+    """A run config value is not allowed; the message names key, value and what is allowed."""
 
 
 def traceback_requested() -> bool:
@@ -32,6 +37,46 @@ def one_line(err: BaseException) -> str:
     if isinstance(err, USER_ERRORS):
         return text or type(err).__name__
     return f"{type(err).__name__}: {text} ({TRACEBACK_ENV}=1 prints the traceback)"
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a run: how many sample rows the run folder keeps (a rerun resumes after them)."""
+
+    def __init__(self, kept: int) -> None:
+        super().__init__(kept)
+        self.kept = kept
+
+
+def interrupted_line(prog: str, err: KeyboardInterrupt) -> str:
+    """The one line printed on Ctrl-C."""
+    kept = getattr(err, "kept", 0)
+    return f"{prog}: interrupted; {kept} rows kept, rerun to resume"
+
+
+def cause_of_kind(err: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """The first exception of `kind` in err's chain of causes (OmegaConf and Hydra wrap a resolver's error)."""
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        if isinstance(current, kind):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+MISSING_OPTION = re.compile(r"Could not find '([\w/@.-]+)/([^']*)'.*?Available options in '[^']+':(.*)$", re.S)
+
+
+def missing_option_line(err: BaseException) -> str | None:
+    """Hydra's "Could not find 'rule/frechett' ... Available options" as `rule='frechett' is not allowed: ...`."""
+    match = MISSING_OPTION.search(str(err))
+    if match is None:
+        return None
+    group, option, available = match.groups()
+    available = available.split("Config search path:")[0]
+    choices = ", ".join(available.split())
+    return f"{group.replace('/', '.')}={option!r} is not allowed: choose one of {choices} (files in conf/{group}/)"
 
 
 def report(prog: str, err: BaseException, kind: str = "error") -> None:

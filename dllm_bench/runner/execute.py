@@ -22,11 +22,13 @@ from dllm_bench.runner.environment import (
     load_average,
     scoring_versions,
 )
+from dllm_bench.runner.errors import RunInterrupted
 from dllm_bench.runner.interface import Engine, EngineFactory, Generation
 from dllm_bench.runner.progress import RunProgress, TimingProgress
 from dllm_bench.runner.sharding import DistContext, barrier, init_distributed, shard, shutdown
 from dllm_bench.runner.store import ResultsStore
 from dllm_bench.runner.summary import PAPER_CUT_COLUMN, count_column, summarise, summarise_timing
+from dllm_bench.runner.threads import apply_num_threads
 from dllm_bench.runner.validate import ConfigError, build_task, validate_config
 from dllm_bench.tasks import Task
 from dllm_bench.tasks.chat import render_prompt
@@ -226,7 +228,7 @@ def execute(cfg: DictConfig | dict[str, Any], engine_factory: EngineFactory | No
     c["model"]["fingerprint"] = checkpoint_fingerprint(c["model"]["name_or_path"])
     task = build_task(c["task"])
     run_id = compute_run_id(c)
-    machine = {"cpu_count": cpu_count(), "load_avg_start": load_average()}
+    machine = {"cpu_count": cpu_count(), "num_threads_used": None, "load_avg_start": load_average()}
     started = _now()
     all_docs = task.all_docs()
     selected = select_documents(len(all_docs), int(c.get("offset", 0)), c.get("limit"), c["task"]["name"])
@@ -243,8 +245,7 @@ def execute(cfg: DictConfig | dict[str, Any], engine_factory: EngineFactory | No
                  len(selected) - len(todo), len(mine), ctx.rank, ctx.world_size)
         device_name = "none (nothing to decode)"
         if mine or mine_timed:
-            if c.get("num_threads"):
-                torch.set_num_threads(int(c["num_threads"]))
+            machine["num_threads_used"] = apply_num_threads(c.get("num_threads"), str(c["model"]["name_or_path"]))
             engine = (engine_factory or default_engine_factory)(c, ctx)
             device_name = engine.device_name
             if mine:
@@ -256,6 +257,10 @@ def execute(cfg: DictConfig | dict[str, Any], engine_factory: EngineFactory | No
         if ctx.is_main:
             machine["load_avg_end"] = load_average()
             row = _finalise(c, run_id, store, all_docs, selected, started, device_name, ctx, machine)
+    except KeyboardInterrupt:
+        kept = len(store.finished_ids())
+        store.discard_if_empty()
+        raise RunInterrupted(kept) from None
     except BaseException:
         store.discard_if_empty()
         raise
@@ -291,6 +296,8 @@ def _finalise(c: dict[str, Any], run_id: str, store: ResultsStore, all_docs: lis
                                                 "decoded": decoded, **machine}]
     # throughput pools every session that decoded rows: any of them on a loaded machine marks the run
     timed = [s for s in sessions if s.get("decoded", True)]
+    # a session that only merged (nothing left to decode) reports the threads of the last one that decoded
+    threads = next((s["num_threads_used"] for s in reversed(timed) if s.get("num_threads_used") is not None), None)
     loaded = [is_loaded([s.get("load_avg_start"), s.get("load_avg_end")], int(s.get("cpu_count") or 1))
               for s in timed]
     info = {
@@ -307,7 +314,7 @@ def _finalise(c: dict[str, Any], run_id: str, store: ResultsStore, all_docs: lis
     }
     store.write_run_json(info)
     row = {"run_id": run_id, **flatten(c), **summary, "task_docs": len(all_docs), "world_size": ctx.world_size,
-           "device_name": device_name, **machine,
+           "device_name": device_name, **machine, "num_threads_used": threads,
            "machine_loaded": True if True in loaded else None if None in loaded or not loaded else False,
            "git_commit": env.get("git_commit"), "math_verify": info["scoring_versions"]["math-verify"],
            "started_at": info["started_at"], "finished_at": info["finished_at"]}

@@ -104,5 +104,5 @@ SANDBOX_COLUMNS = tuple(f"sandbox_{s}" for s in STATUSES)
 # the batched mode's batch-1 timing pass (only in runs with `timing_docs`), after the summary columns
 TIMING_PASS_COLUMNS = ("timing_batch_size", "timing_n_samples", "timing_tokens_total", "timing_tokens_per_s",
                        "timing_latency_s_mean", "timing_wall_time_s_total", "timing_agreement")
-RUN_INFO_COLUMNS = ("task_docs", "world_size", "device_name", "cpu_count", "load_avg_start", "load_avg_end",
-                    "machine_loaded", "git_commit", "started_at", "finished_at")
+RUN_INFO_COLUMNS = ("task_docs", "world_size", "device_name", "cpu_count", "num_threads_used", "load_avg_start",
+                    "load_avg_end", "machine_loaded", "git_commit", "started_at", "finished_at")

@@ -10,16 +10,19 @@ import json
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import fields
+from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
 
+import torch
 from omegaconf import DictConfig
 
-from dllm_bench.decoding.config import CACHES, POLICIES, SELECTORS, builder_parameters
+from dllm_bench.decoding.config import CACHES, POLICIES, POLICY_CLASSES, SELECTORS, builder_parameters
 from dllm_bench.models.config import MODEL_TYPES
 from dllm_bench.runner.components import NO_RULE, build_spec
 from dllm_bench.runner.config import to_container
+from dllm_bench.runner.errors import ConfigError
+from dllm_bench.runner.paths import check_output_location
 from dllm_bench.runner.settings import GROUPS, ModelSettings, RunSettings, setting_names
 from dllm_bench.tasks import TASKS, Task, TaskConfig, get_task
 
@@ -33,11 +36,9 @@ DECODING_GROUPS = (("policy", "policy", POLICIES), ("rule", "selector", (*SELECT
                    ("cache", "cache", tuple(CACHES)))
 DATA_KEYS = ("data_files", "data_file", "data_dir", "data_path")
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+RENAMED = {"selector": "rule"}  # keys of earlier releases -> the group that replaced them
+UNEXPECTED_ARGUMENT = re.compile(r"unexpected keyword argument '(\w+)'")
 DEVICE = re.compile(r"^(cpu|cuda|cuda:\d+|mps|per_job)$")
-
-
-class ConfigError(ValueError):
-    """A run config value is not allowed; the message names key, value and what is allowed."""
 
 
 def _fail(key: str, value: Any, allowed: str) -> None:
@@ -62,27 +63,64 @@ def _integer(key: str, value: Any, minimum: int) -> int:
     return int(value)
 
 
-def _unknown(where: str, keys: Iterable[str], allowed: Iterable[str]) -> None:
+def _unknown(prefix: str, where: str, values: dict[str, Any], allowed: Iterable[str]) -> None:
     allowed = sorted(allowed)
-    for key in sorted(keys):
+    for key in sorted(values):
         if key not in allowed:
-            raise ConfigError(f"unknown key {key!r} {where}; allowed: {', '.join(allowed)}")
+            renamed = f" ({key} is now {RENAMED[key]}: {RENAMED[key]}={values[key]})" if key in RENAMED else ""
+            _fail(f"{prefix}{key}", values[key], f"unknown key {where}{renamed}; allowed: {', '.join(allowed)}")
+
+
+# A field's annotation -> (check, what the message asks for); other annotations (lists) are checked elsewhere.
+_TYPES = {
+    "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+    "float": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "a number"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
+    "str": (lambda v: isinstance(v, str), "a string"),
+}
+
+
+def _check_types(prefix: str, values: dict[str, Any], cls: type) -> None:
+    """Each value against its dataclass field's annotation (`int`, `float | None`, ...): a number where a word
+    was typed is refused here, naming the key, rather than deep inside a builder."""
+    for f in fields(cls):
+        if f.name not in values or not isinstance(f.type, str):
+            continue
+        parts = [p.strip() for p in f.type.split("|")]
+        optional = "None" in parts
+        kinds = [_TYPES[p] for p in parts if p in _TYPES]
+        if len(kinds) + optional != len(parts):
+            continue
+        value = values[f.name]
+        required = f.default is MISSING and f.default_factory is MISSING
+        if (value is None and (optional or required)) or any(check(value) for check, _ in kinds):
+            continue  # a required value left null: the builder says what it needs it for
+        wanted = " or ".join([what for _, what in kinds] + (["null"] if optional else []))
+        _fail(f"{prefix}{f.name}", value, f"{wanted} is required")
+
+
+def _decoding_class(kind: str, name: str) -> type:
+    return {"selector": SELECTORS, "policy": POLICY_CLASSES, "cache": CACHES}[kind][name]
 
 
 def check_keys(c: dict[str, Any]) -> None:
-    """Refuse any key the code does not consume: top level, model, task and the decoding groups' builders."""
-    _unknown("at the top level", c, (*setting_names(RunSettings), *GROUPS))
+    """Refuse any key the code does not consume and any value of the wrong type: top level, model and the
+    decoding groups' builders (the task's keys are checked by `build_task`)."""
+    _unknown("", "at the top level", c, (*setting_names(RunSettings), *GROUPS))
     for group in GROUPS:
         if not isinstance(c.get(group), dict):
             _fail(group, c.get(group), f"the config group {group!r} must be selected (see conf/{group}/)")
-    _unknown("in group 'model'", c["model"], setting_names(ModelSettings))
+    _unknown("model.", "in group 'model'", c["model"], setting_names(ModelSettings))
+    _check_types("model.", c["model"], ModelSettings)
     for group, kind, names in DECODING_GROUPS:
         name = c[group].get("name")
         _choice(f"{group}.name", name, names)
-        _unknown(f"for {group} {name!r}", c[group], ("name", *(builder_parameters(kind, name) or ())))
+        _unknown(f"{group}.", f"for {group} {name!r}", c[group], ("name", *(builder_parameters(kind, name) or ())))
+        if name != NO_RULE or group != "rule":
+            _check_types(f"{group}.", c[group], _decoding_class(kind, name))
 
 
-def _validate_decoding(c: dict[str, Any]) -> None:
+def check_decoding(c: dict[str, Any]) -> None:
     """The engine's builders and the run's `DecodeSpec` judge the policy, rule and cache values and their pairing."""
     try:
         build_spec(c)
@@ -108,15 +146,29 @@ def _readable_file(key: str, path: str) -> None:
         _fail(key, path, "must be a readable file or directory")
 
 
+def _check_device(device: Any) -> None:
+    """The device must exist on this machine (a CUDA run on a CPU-only machine fails here, not at its first copy)."""
+    if device is None:
+        return
+    if not DEVICE.match(str(device)):
+        _fail("model.device", device, "null, cpu, cuda, cuda:N, mps or per_job")
+    if str(device).startswith(("cuda", "per_job")):
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        index = int(device.split(":")[1]) if ":" in str(device) else 0
+        if index >= count:
+            visible = f"{count} CUDA device(s) visible (cuda:0..cuda:{count - 1})" if count else "no CUDA device visible"
+            _fail("model.device", device, f"{visible}; use cpu or null (null = CUDA when present, else cpu)")
+    if device == "mps" and not torch.backends.mps.is_available():
+        _fail("model.device", device, "MPS is not available on this machine; use cpu or null")
+
+
 def _validate_model(model: dict[str, Any]) -> None:
     _choice("model.flavour", model.get("flavour"), FLAVOURS)
     _choice("model.dtype", model.get("dtype"), DTYPES)
     forbidden = model.get("forbidden_tokens") or []
     if not isinstance(forbidden, list) or not all(isinstance(t, str) and t for t in forbidden):
         _fail("model.forbidden_tokens", forbidden, "a list of token strings (looked up in the model's tokenizer)")
-    device = model.get("device")
-    if device is not None and not DEVICE.match(str(device)):
-        _fail("model.device", device, "null, cpu, cuda, cuda:N, mps or per_job")
+    _check_device(model.get("device"))
     path = str(model.get("name_or_path"))
     local = Path(path)
     if local.exists():
@@ -157,7 +209,12 @@ def build_task(task: dict[str, Any]) -> Task:
         return built
     except TypeError as e:
         allowed = ", ".join(sorted({"name", *(f.name for f in fields(TaskConfig))} - {"rank", "world_size"}))
-        raise ConfigError(f"task={name!r}: {e}; allowed: {allowed} and the task's own options (docs/tasks.md)") from None
+        allowed = f"{allowed} and the task's own options (docs/tasks.md)"
+        unexpected = UNEXPECTED_ARGUMENT.search(str(e))
+        if unexpected and unexpected.group(1) in task:
+            key = unexpected.group(1)
+            _fail(f"task.{key}", task[key], f"unknown key for task {name!r}; allowed: {allowed}")
+        raise ConfigError(f"task={name!r}: {e}; allowed: {allowed}") from None
     except ValueError as e:
         raise ConfigError(f"task={name!r}: {e}") from None
 
@@ -194,15 +251,17 @@ def _validate_top_level(c: dict[str, Any]) -> None:
     _choice("confidence_precision", c.get("confidence_precision", "float64"), PRECISIONS)
     if not isinstance(c.get("confidence_mask_in_softmax", True), bool):
         _fail("confidence_mask_in_softmax", c.get("confidence_mask_in_softmax"), "must be true or false")
+    _check_types("", c, RunSettings)  # the keys without a check of their own above (gen_length, seed, trace, ...)
 
 
 def validate_config(cfg: DictConfig | dict) -> dict[str, Any]:
     """Check every key and rule of docs/runner.md ("Validation"); return the resolved plain config."""
     c = to_container(cfg)
     check_keys(c)
+    check_output_location(c["output_dir"], c["name"])
     _validate_model(c["model"])
     task = build_task(c["task"])
     _validate_top_level(c)
-    _validate_decoding(c)
+    check_decoding(c)
     _validate_combination(c, task)
     return c

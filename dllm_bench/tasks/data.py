@@ -6,6 +6,7 @@ import csv
 import gzip
 import json
 from collections.abc import Iterable
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -107,15 +108,48 @@ def load_rows(
     return check_fields(rows, required, source), source
 
 
+def hub_unreachable(timeout_s: float = 5.0) -> str | None:
+    """Why the Hugging Face hub cannot be reached (one request, no retries), or None when it answers or when
+    offline mode is already on (then the libraries never try the network)."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import get_session
+
+    if constants.HF_HUB_OFFLINE:
+        return None
+    try:
+        get_session().head(constants.ENDPOINT, timeout=timeout_s)
+    except Exception as e:  # DNS, refused, proxy, timeout: any of them means every retry would fail too
+        return f"{constants.ENDPOINT} unreachable: {type(e).__name__}"
+    return None
+
+
+@contextmanager
+def _offline():
+    """Offline mode for one load: a cached dataset still loads, a missing one fails at once (no retry lines)."""
+    import datasets
+    from huggingface_hub import constants
+
+    saved = constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE
+    constants.HF_HUB_OFFLINE = datasets.config.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE = saved
+
+
 def load_hub_rows(path: str, name: str | None, split: str) -> list[dict[str, Any]]:
-    """Rows of a hub dataset split (needs internet or a warm HF cache)."""
+    """Rows of a hub dataset split (needs internet or a warm HF cache); without a network the cache is read
+    offline at once instead of after the hub client's retries."""
     import datasets
 
+    unreachable = hub_unreachable()
     try:
-        ds = datasets.load_dataset(path, name, split=split)
+        with _offline() if unreachable else nullcontext():
+            ds = datasets.load_dataset(path, name, split=split)
     except Exception as e:  # the hub raises many types; keep the cause, add what to do offline
+        cause = f"{unreachable}, and not in the local cache" if unreachable else str(e)
         raise DataError(
-            f"could not load {path}" + (f"/{name}" if name else "") + f" split {split!r} from the hub ({e}); "
+            f"could not load {path}" + (f"/{name}" if name else "") + f" split {split!r} from the hub ({cause}); "
             "offline, pass data_files=<file> or data_dir=<folder> in the task config"
         ) from e
     return [dict(r) for r in ds]

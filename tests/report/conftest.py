@@ -52,7 +52,7 @@ def write_runs(path: Path, table: str, runs: list[tuple[dict[str, Any], dict[str
     return path
 
 
-# Fast-dLLM++ Table 5 fixture: layout key = (row label, column label) as conf/table/fast_dllm_pp_t5.yaml prints them.
+# Fast-dLLM++ Table 5 fixture: layout key = (row label, column label) as dllm_bench/report/table_specs/fast_dllm_pp_t5.yaml prints them.
 T5_RUNS = [
     # one run: 235/300 correct, 28000 tokens in 1000 s, 12000 forwards
     (("5-shot, No cache", "Threshold"), {}, summary(300, 235, 12000, 28000, 1000.0)),

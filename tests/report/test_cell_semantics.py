@@ -1,5 +1,5 @@
 """What every paper-table cell runs, pinned as data written here (issue 13): policy, rule and parameters, cache and
-its intervals, lengths, counting rule, scoring. Each cell of conf/table/ is composed as the runner would compose
+its intervals, lengths, counting rule, scoring. Each cell of dllm_bench/report/table_specs/ is composed as the runner would compose
 it and compared with these expectations; docs/reports.md shows the same listing."""
 
 from __future__ import annotations

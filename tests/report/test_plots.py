@@ -97,7 +97,7 @@ def test_frontier_figure_legend_error_bars_and_labels():
     try:
         legend = [t.get_text() for t in fig.legends[0].get_texts()]
         assert len(legend) == len(set(legend))                      # one entry per distinct series
-        assert legend.count("oracle (floor)") == 1
+        assert legend.count("oracle: a bound (reference decode untimed), not a method") == 1
         assert {"cache none", "cache dual"} <= set(legend) and "faint: n < 200 (n in label)" in legend
         assert "n = 50–200 documents per run" in fig._suptitle.get_text()
         renderer = fig.canvas.get_renderer()

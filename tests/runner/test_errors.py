@@ -158,7 +158,65 @@ def test_empty_selection_refused(base, tmp_path, selection, needle, run_cli):
 
 def test_hydra_errors_are_one_line(base, run_cli):
     code, lines = run_cli(*base, "rule=bogus")
-    assert_one_line(code, lines, "Could not find 'rule/bogus'", "frechet")
+    assert_one_line(code, lines, "rule='bogus' is not allowed: choose one of factor, frechet, none, oracle")
+    assert "search path" not in lines[0]
+
+
+# Everything a user can mistype: one line naming key, value and what is allowed, exit 2, before any load.
+BAD_INPUTS = [
+    (["rul=frechet"], "rul='frechet' is not allowed: unknown key at the top level; allowed: batch_size"),
+    (["rule=frechet", "rule.detla=0.2"], "rule.detla=0.2 is not allowed: unknown key for rule 'frechet'; allowed: delta, name"),
+    (["rule=frechet", "rule.delta=high"], "rule.delta='high' is not allowed: a number is required"),
+    (["cache=dllm", "cache.prompt_interval=ten"], "cache.prompt_interval='ten' is not allowed: an integer is required"),
+    (["gen_length=abc"], "gen_length='abc' is not allowed: an integer is required"),
+    (["early_stop=maybe"], "early_stop='maybe' is not allowed: true or false is required"),
+    (["task.shots=3"], "task.shots=3 is not allowed: unknown key for task 'sudoku'"),
+    (["model.revision=main"], "model.revision='main' is not allowed: unknown key in group 'model'"),
+    (["selector=frechet"], "(selector is now rule: rule=frechet)"),
+    (["output_dir="], "output_dir='' is not allowed: a directory path is required"),
+    (["name=../x"], "name='../x' is not allowed: one folder name inside output_dir is required"),
+    (["name="], "name='' is not allowed: one folder name inside output_dir is required"),
+    (["model.device=cuda:7"], "model.device='cuda:7' is not allowed: "),
+]
+
+
+@pytest.mark.parametrize(("extra", "needle"), BAD_INPUTS, ids=[" ".join(e) for e, _ in BAD_INPUTS])
+def test_bad_input_is_one_line_before_any_load(monkeypatch, base, tmp_path, extra, needle, run_cli):
+    import dllm_bench.runner.engine as engine_module
+
+    monkeypatch.chdir(tmp_path)  # an empty output_dir would land here (and Hydra's logs at the filesystem root)
+    monkeypatch.setattr(engine_module, "load_model", lambda *a, **k: pytest.fail("weights loaded"))
+    code, lines = run_cli(*base, *extra)
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith("dllm-bench: config error: ") and needle in lines[0], lines
+    assert "+" + extra[-1] not in lines[0]  # never Hydra's "To append to your config use +key" hint
+    assert [p for p in run_folders(tmp_path) if p != tmp_path / "results"] == []
+
+
+def test_missing_cuda_is_a_config_error(monkeypatch, base, run_cli):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    code, lines = run_cli(*base, "model.device=cuda")
+    assert_one_line(code, lines, "model.device='cuda' is not allowed: no CUDA device visible; use cpu or null")
+
+
+def test_ctrl_c_is_one_line_and_keeps_finished_rows(monkeypatch, base, tmp_path, run_cli):
+    import dllm_bench.runner.execute as execute_module
+
+    real, calls = execute_module.decode_batch, []
+
+    def interrupted_on_second_batch(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(execute_module, "decode_batch", interrupted_on_second_batch)
+    code, lines = run_cli(*base, "limit=6", "batch_size=2")
+    assert code == 130 and lines == ["dllm-bench: interrupted; 2 rows kept, rerun to resume"]
+    (samples,) = (tmp_path / "results" / "errs").glob("*/samples.jsonl")
+    assert len(samples.read_text().splitlines()) == 2
 
 
 def test_help_opens_with_what_the_program_does_and_three_commands(monkeypatch, capsys):

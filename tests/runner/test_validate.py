@@ -50,7 +50,9 @@ def test_unknown_group_option_lists_choices():
 def test_old_selector_group_is_gone(llada_overrides):
     with pytest.raises(ConfigCompositionException, match="selector"):
         compose_config("selector=frechet")
-    rejects(llada_overrides, "+selector=frechet", match=r"unknown key 'selector' at the top level")
+    rejects(llada_overrides, "+selector=frechet",
+            match=r"selector='frechet' is not allowed: unknown key at the top level \(selector is now rule: "
+                  r"rule=frechet\)")
 
 
 def test_unknown_rule_name_lists_known_names(llada_overrides):
@@ -60,19 +62,20 @@ def test_unknown_rule_name_lists_known_names(llada_overrides):
 # ---- strict keys: every group and the top level, including `+key=` appends and keys of another option
 
 @pytest.mark.parametrize("extra, match", [
-    (["+selectr=frechet"], r"unknown key 'selectr' at the top level; allowed: .*block_length.*rule"),
-    (["+steps=24"], r"unknown key 'steps' at the top level"),
-    (["+compat.factor_rule=code"], r"unknown key 'compat' at the top level"),
-    (["+model.revision=main"], r"unknown key 'revision' in group 'model'; allowed: chat, device"),
-    (["+task.shots=3"], r"task='sudoku'.*shots.*allowed: .*num_fewshot"),
-    (["+cache.layer0_always=false"], r"unknown key 'layer0_always' for cache 'none'; allowed: name$"),
+    (["+selectr=frechet"], r"selectr='frechet' is not allowed: unknown key at the top level; allowed: .*block_length.*rule"),
+    (["+steps=24"], r"steps=24 is not allowed: unknown key at the top level"),
+    (["+compat.factor_rule=code"], r"compat=\{'factor_rule': 'code'\} is not allowed: unknown key at the top level"),
+    (["+model.revision=main"], r"model.revision='main' is not allowed: unknown key in group 'model'; allowed: chat, device"),
+    (["+task.shots=3"], r"task.shots=3 is not allowed: unknown key for task 'sudoku'; allowed: .*num_fewshot"),
+    (["+cache.layer0_always=false"], r"cache.layer0_always=False is not allowed: unknown key for cache 'none'; allowed: name$"),
     (["cache=prefix", "+cache.verify_ratio=0.5"],
-     r"unknown key 'verify_ratio' for cache 'prefix'; allowed: compat_first_token, name, refresh_every"),
-    (["cache=dllm", "+cache.refresh_interval=4"], r"unknown key 'refresh_interval' for cache 'dllm'.*layer0_always"),
-    (["rule=factor", "+rule.tau=0.5"], r"unknown key 'tau' for rule 'factor'; allowed: compat, f, name"),
-    (["rule=none", "+rule.tau=0.5"], r"unknown key 'tau' for rule 'none'; allowed: name"),
-    (["+policy.tau_high=0.5"], r"unknown key 'tau_high' for policy 'blocks'; allowed: name, steps"),
-    (["policy=slowfast_code", "+policy.window=3"], r"unknown key 'window' for policy 'slowfast'.*stability_window"),
+     r"cache.verify_ratio=0.5 is not allowed: unknown key for cache 'prefix'; allowed: compat_first_token, name, "
+     r"refresh_every"),
+    (["cache=dllm", "+cache.refresh_interval=4"], r"cache.refresh_interval=4 is not allowed: unknown key for cache 'dllm'.*layer0_always"),
+    (["rule=factor", "+rule.tau=0.5"], r"rule.tau=0.5 is not allowed: unknown key for rule 'factor'; allowed: compat, f, name"),
+    (["rule=none", "+rule.tau=0.5"], r"rule.tau=0.5 is not allowed: unknown key for rule 'none'; allowed: name"),
+    (["+policy.tau_high=0.5"], r"policy.tau_high=0.5 is not allowed: unknown key for policy 'blocks'; allowed: name, steps"),
+    (["policy=slowfast_code", "+policy.window=3"], r"policy.window=3 is not allowed: unknown key for policy 'slowfast'.*stability_window"),
 ])
 def test_unknown_key_is_refused_naming_the_allowed_keys(llada_overrides, extra, match):
     rejects(llada_overrides, *extra, match=match)

@@ -48,8 +48,8 @@ def lm_eval_run(tiny_llada_dir, fixtures_dir, tmp_path_factory):
     (yaml_dir / "gsm8k_local.yaml").write_text(yaml.safe_dump(task_cfg))
     results = lm_eval.simple_evaluate(
         model="dllm_bench",
-        model_args={"model": str(tiny_llada_dir), "selector": "frechet", "delta": 0.25, "cache": "dual",
-                    "gen_length": GEN, "block_length": BLOCK, "chat": False, "device": "cpu",
+        model_args={"pretrained": str(tiny_llada_dir), "rule": "frechet", "rule.delta": 0.25, "cache": "dual",
+                    "gen_length": GEN, "block_length": BLOCK, "model.chat": False, "device": "cpu",
                     "stats_path": str(stats)},
         tasks=["gsm8k_local"], num_fewshot=1, limit=LIMIT, batch_size=LIMIT, log_samples=True,
         task_manager=TaskManager(include_path=str(yaml_dir)), random_seed=0, fewshot_random_seed=1234,
@@ -101,16 +101,16 @@ def test_adapter_completions_equal_a_direct_decode(lm_eval_run, tiny_llada_dir, 
 
 
 def test_bad_model_args_are_refused_before_loading(tiny_llada_dir):
-    with pytest.raises(ValueError, match="selector='fast'"):
-        DllmBenchLM(model=str(tiny_llada_dir), selector="fast")
-    with pytest.raises(ValueError, match="unknown model_args.*gen_len"):
-        DllmBenchLM(model=str(tiny_llada_dir), gen_len=5)
+    with pytest.raises(ValueError, match="rule='fast' is not allowed: choose one of factor, frechet"):
+        DllmBenchLM(pretrained=str(tiny_llada_dir), rule="fast")
+    with pytest.raises(ValueError, match="gen_len=5 is not allowed: unknown key at the top level; allowed: .*gen_length"):
+        DllmBenchLM(pretrained=str(tiny_llada_dir), gen_len=5)
     with pytest.raises(ValueError, match="mc_num=10"):
-        DllmBenchLM(model=str(tiny_llada_dir), mc_num=10, mc_batch_size=4)
+        DllmBenchLM(pretrained=str(tiny_llada_dir), mc_num=10, mc_batch_size=4)
 
 
 def test_masked_loglikelihood_is_deterministic_and_sums_over_tokens(tiny_llada_dir):
-    lm = DllmBenchLM(model=str(tiny_llada_dir), mc_num=8, mc_batch_size=4, device="cpu")
+    lm = DllmBenchLM(pretrained=str(tiny_llada_dir), mc_num=8, mc_batch_size=4, device="cpu")
 
     class Req:
         def __init__(self, args):
@@ -129,7 +129,7 @@ class _Req:
 
 def test_rolling_windows_tile_the_document_and_the_loglikelihood_sums_them(tiny_llada_dir):
     text = "..12/..../2.3./.4.. then 1234/3412/2143/4321"
-    lm = DllmBenchLM(model=str(tiny_llada_dir), mc_num=8, mc_batch_size=4, device="cpu", max_length=8)
+    lm = DllmBenchLM(pretrained=str(tiny_llada_dir), mc_num=8, mc_batch_size=4, device="cpu", max_length=8)
     tokens = lm.tokenizer.encode(text, add_special_tokens=False)
     windows = lm.rolling_windows(text)
     assert len(windows) > 3 and [tok for _, target in windows for tok in target] == tokens  # targets tile the text, in order
@@ -140,7 +140,7 @@ def test_rolling_windows_tile_the_document_and_the_loglikelihood_sums_them(tiny_
     (ll,) = lm.loglikelihood_rolling([_Req((text,))])
     assert ll == pytest.approx(expected) and ll < 0
     # a document that fits is one window: the masked estimate of all its tokens after BOS
-    whole = DllmBenchLM(model=str(tiny_llada_dir), mc_num=8, mc_batch_size=4, device="cpu")
+    whole = DllmBenchLM(pretrained=str(tiny_llada_dir), mc_num=8, mc_batch_size=4, device="cpu")
     assert whole.loglikelihood_rolling([_Req((text,))]) == [whole.masked_loglikelihood(
         [whole.tokenizer.bos_token_id], tokens, seed)]
     assert whole.loglikelihood_rolling([_Req(("",))]) == [0]
@@ -148,9 +148,9 @@ def test_rolling_windows_tile_the_document_and_the_loglikelihood_sums_them(tiny_
 
 def test_rolling_max_length_is_checked(tiny_llada_dir):
     with pytest.raises(ValueError, match="max_length=1"):
-        DllmBenchLM(model=str(tiny_llada_dir), max_length=1)
+        DllmBenchLM(pretrained=str(tiny_llada_dir), max_length=1)
     with pytest.raises(ValueError, match="max_length=100000: more than"):
-        DllmBenchLM(model=str(tiny_llada_dir), max_length=100000)
+        DllmBenchLM(pretrained=str(tiny_llada_dir), max_length=100000)
 
 
 def test_simple_evaluate_perplexity_task_uses_the_rolling_loglikelihood(tiny_llada_dir, tmp_path):
@@ -164,7 +164,7 @@ def test_simple_evaluate_perplexity_task_uses_the_rolling_loglikelihood(tiny_lla
         "test_split": "test", "output_type": "loglikelihood_rolling", "doc_to_text": "", "doc_to_target": "{{text}}",
         "metric_list": [{"metric": "word_perplexity"}, {"metric": "byte_perplexity"}, {"metric": "bits_per_byte"}],
     }))
-    model_args = {"model": str(tiny_llada_dir), "device": "cpu", "mc_num": 8, "mc_batch_size": 4, "max_length": 16}
+    model_args = {"pretrained": str(tiny_llada_dir), "device": "cpu", "mc_num": 8, "mc_batch_size": 4, "max_length": 16}
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("HF_DATASETS_OFFLINE", "1")
         results = lm_eval.simple_evaluate(model="dllm_bench", model_args=model_args, tasks=["tiny_ppl"],

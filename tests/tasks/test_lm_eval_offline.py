@@ -22,12 +22,12 @@ REPO = Path(__file__).resolve().parents[2]
 def test_pretrained_is_the_model_path(tiny_llada_dir):
     lm = DllmBenchLM(pretrained=str(tiny_llada_dir), gen_length=16, block_length=16, device="cpu")
     assert lm.model_name == str(tiny_llada_dir)
-    with pytest.raises(ValueError, match="give the checkpoint .* once"):
+    with pytest.raises(ValueError, match="model='.*' is not allowed: choose one of .*tiny_llada.*pretrained="):
         DllmBenchLM(pretrained=str(tiny_llada_dir), model=str(tiny_llada_dir))
     with pytest.raises(ValueError, match="as pretrained="):
         DllmBenchLM()
-    # lm-eval takes the output folder's name from pretrained= (model= loses to a later delta= key)
-    args = f"pretrained={tiny_llada_dir},selector=frechet,cache=dual"
+    # lm-eval takes the output folder's name from pretrained=
+    args = f"pretrained={tiny_llada_dir},rule=frechet,cache=dual"
     assert GeneralConfigTracker._get_model_name(args) == str(tiny_llada_dir)
 
 
@@ -66,7 +66,7 @@ def test_lm_eval_cli_on_a_local_task_yaml(tiny_llada_dir, fixtures_dir, tmp_path
            "HF_DATASETS_CACHE": str(tmp_path / "hf"), "PYTHONPATH": str(REPO)}
     done = subprocess.run(
         [sys.executable, "-m", "dllm_bench.lm_eval_adapter", "--model", "dllm_bench", "--model_args",
-         f"pretrained={tiny_llada_dir},selector=frechet,gen_length=16,block_length=16,chat=false",
+         f"pretrained={tiny_llada_dir},rule=frechet,gen_length=16,block_length=16,model.chat=false",
          "--tasks", "gsm8k_local", "--include_path", str(tmp_path / "tasks"), "--limit", "2", "--num_fewshot", "1",
          "--output_path", str(tmp_path / "out")],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=900)

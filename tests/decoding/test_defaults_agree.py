@@ -1,0 +1,37 @@
+"""One source of defaults: the builders' dataclasses (and SLOWFAST_PRESETS); every conf/cache and conf/policy
+file must say exactly what they say, so `build_cache("dllm")` and `cache=dllm` decode alike."""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, fields
+
+import pytest
+import yaml
+
+from dllm_bench.decoding.config import CACHES, POLICY_CLASSES
+from dllm_bench.decoding.policies import SLOWFAST_PRESETS
+from dllm_bench.runner.config import CONF_DIR
+
+FILES = sorted([*(CONF_DIR / "cache").glob("*.yaml"), *(CONF_DIR / "policy").glob("*.yaml")])
+
+
+def dataclass_defaults(cls) -> dict:
+    """Init fields and defaults; a required field (no default) is null in the YAML ("required")."""
+    return {f.name: None if f.default is MISSING else f.default for f in fields(cls) if f.init}
+
+
+@pytest.mark.parametrize("path", FILES, ids=[f"{p.parent.name}/{p.stem}" for p in FILES])
+def test_yaml_equals_the_dataclass_defaults(path):
+    data = yaml.safe_load(path.read_text())
+    data.pop("defaults", None)
+    name = data.pop("name")
+    cls = (CACHES if path.parent.name == "cache" else POLICY_CLASSES)[name]
+    expected = dataclass_defaults(cls)
+    if name == "slowfast":
+        expected.update(SLOWFAST_PRESETS[path.stem.removeprefix("slowfast_")])
+    assert data == expected
+
+
+def test_every_slowfast_preset_has_its_file():
+    assert sorted(p.stem for p in (CONF_DIR / "policy").glob("slowfast_*.yaml")) == \
+        sorted(f"slowfast_{name}" for name in SLOWFAST_PRESETS)
