@@ -12,8 +12,17 @@ import torch
 
 from dllm_bench.models.tiny_format import make_random_checkpoint
 
-torch.set_num_threads(2)
+SUITE_THREADS = 2  # the count every golden was recorded at; a CPU product's bits can depend on it
+torch.set_num_threads(SUITE_THREADS)
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+@pytest.fixture(autouse=True)
+def _suite_threads():
+    """Each test starts at the suite's thread count: an in-process run picks its own (runner/threads.py) and
+    would otherwise leave it to the tests after it."""
+    if torch.get_num_threads() != SUITE_THREADS:
+        torch.set_num_threads(SUITE_THREADS)
 
 
 @pytest.fixture(scope="session")
