@@ -185,7 +185,8 @@ def build(spec: TableSpec, args: argparse.Namespace, can_gpu: bool) -> list[Cell
     if args.dry_run:
         todo = [r for r in results if r.command and r.status != "ok"]
         for r in todo:
-            print(f"[{spec.name}] {r.status}: {dry_run_command(spec, r, args)}")
+            precision = (r.config or {}).get("confidence_precision", "float64")
+            print(f"[{spec.name}] {r.status} (confidence_precision={precision}): {dry_run_command(spec, r, args)}")
         if not todo and all(r.status == "ok" for r in results):
             print(f"[{spec.name}] all {len(results)} cells filled")
         else:

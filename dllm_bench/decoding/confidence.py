@@ -19,6 +19,9 @@ from collections.abc import Sequence
 import torch
 
 MEASURES = ("top1_prob", "margin", "neg_entropy", "random")
+# Dream's negative entropy adds this to every probability before the log (finite at p = 0; in bf16 the rounding
+# of p + eps and of each product is what the published loop ranks by)
+ENTROPY_EPS = 1e-10
 PRECISIONS = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -197,9 +200,9 @@ def candidate_predictions(
             probs[:, kept] = 0.0  # the two most probable ids that can be chosen
         top2 = probs.topk(2, dim=-1).values
         conf = top2[:, 0] - top2[:, 1]
-    elif measure == "neg_entropy":
-        log_probs = torch.log_softmax(probs_from, dim=-1)
-        conf = (log_probs.exp() * log_probs.nan_to_num(neginf=0.0)).sum(dim=-1)
+    elif measure == "neg_entropy":  # as Dream's sample_tokens: sum p log(p + 1e-10), in the confidence dtype
+        probs = torch.softmax(probs_from, dim=-1)
+        conf = (probs * torch.log(probs + ENTROPY_EPS)).sum(dim=-1)
     else:
         raise ValueError(f"confidence measure {measure!r} is not one of {MEASURES}")
     return x0, conf

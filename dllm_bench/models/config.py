@@ -51,6 +51,9 @@ class ModelConfig:
     bos_token_id: int | None = None
     eot_token_id: int | None = None  # end of turn: LLaDA <|eot_id|>, Dream <|im_end|>
     qkv_bias: bool = False
+    # rotate q/k in float32 (True) or in the model dtype with cos/sin cast to it (False), as the published model
+    # file of the checkpoint does: LLaDA's config key (default True); Dream's and LLaDA-V's files: model dtype
+    rope_full_precision: bool = True
     tensor_naming: str = "olmo"
     max_sequence_length: int = 4096
     is_instruct: bool = False
@@ -139,6 +142,7 @@ class ModelConfig:
                 n_kv_heads=int(cfg.get("n_kv_heads") or n_heads),
                 mlp_hidden_size=int(need("mlp_hidden_size")),
                 qkv_bias=bool(cfg.get("include_qkv_bias") or cfg.get("include_bias")),
+                rope_full_precision=bool(cfg.get("rope_full_precision", True)),
                 tensor_naming="olmo",
                 max_sequence_length=int(cfg.get("max_sequence_length", 4096)),
                 **common,
@@ -154,6 +158,8 @@ class ModelConfig:
             # Qwen2 (Dream) always has q/k/v biases; LLaMA-style LLaDA says so in attention_bias.
             qkv_bias=True if flavour == "dream" else bool(cfg.get("attention_bias", False)),
             tensor_naming="llama",
+            # the Qwen2/LLaMA-style model files (Dream; LLaDA-V's language model) cast cos/sin to the model dtype
+            rope_full_precision=bool(cfg.get("rope_full_precision", False)),
             max_sequence_length=int(cfg.get("max_position_embeddings", 4096)),
             **common,
         )

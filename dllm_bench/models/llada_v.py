@@ -458,10 +458,12 @@ def load_llada_v(
     device: torch.device | str | None = None,
     *,
     instruct: bool | None = None,
+    rope_full_precision: bool | None = None,
 ) -> LLaDAV:
     """Build LLaDA-V from a local checkpoint directory (``config.json`` + safetensors + tokenizer files).
 
-    ``device="meta"`` builds the architecture only. Tensor names and shapes are checked from the safetensors
+    ``device="meta"`` builds the architecture only; ``rope_full_precision`` as in
+    :func:`~dllm_bench.models.loading.load_model`. Tensor names and shapes are checked from the safetensors
     headers before any weight is read.
     """
     from .checkpoint import (
@@ -480,6 +482,8 @@ def load_llada_v(
     config = language_config(raw, name_or_path=str(directory))
     if instruct is not None:
         config.is_instruct = instruct
+    if rope_full_precision is not None:
+        config.rope_full_precision = bool(rope_full_precision)
     vision = VisionSettings.from_hf_config(raw)
     found = None if device.type == "meta" else checkpoint_tensors(directory)
     with torch.device("meta"):

@@ -36,23 +36,29 @@ def load_model(
     *,
     instruct: bool | None = None,
     revision: str | None = None,
+    rope_full_precision: bool | None = None,
 ) -> DiffusionLM:
     """Build the network from ``config.json`` and load its safetensors (bf16 on GPU, fp32 on CPU by default).
 
     ``device="meta"`` builds the architecture only (no weights read). ``instruct`` overrides whether the chat
-    template applies (default: the config/name says Instruct).
+    template applies (default: the config/name says Instruct). ``rope_full_precision`` overrides where RoPE
+    rotates: True = float32, False = the model dtype; None = as the published model code does for this
+    checkpoint (LLaDA: its config key, default True; Dream: the model dtype), which gives its logits bit for bit.
     """
     directory = resolve_checkpoint_dir(name_or_path, revision)
     raw = read_config(directory)
     if is_llada_v_config(raw):
         from .llada_v import load_llada_v
 
-        return load_llada_v(directory, dtype=dtype, device=device, instruct=instruct)
+        return load_llada_v(directory, dtype=dtype, device=device, instruct=instruct,
+                            rope_full_precision=rope_full_precision)
     device, dtype = resolve_device_dtype(device, dtype)
     moe = is_moe_config(raw)  # LLaDA-MoE: model_type "llada" too, told apart by its experts
     config = (MoEConfig if moe else ModelConfig).from_hf_config(raw, name_or_path=str(name_or_path))
     if instruct is not None:
         config.is_instruct = instruct
+    if rope_full_precision is not None:
+        config.rope_full_precision = bool(rope_full_precision)
     found = None
     if device.type != "meta":
         found = checkpoint_tensors(directory)

@@ -103,18 +103,22 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
-def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin tables [B, 1, S, head_dim] in float32 for integer positions [B, S]."""
+def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float,
+                 dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin tables [B, 1, S, head_dim] for integer positions [B, S], computed in float32, then cast to ``dtype``
+    (the rotation's precision, see :func:`apply_rope`)."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim))
     freqs = positions.float()[..., None] * inv_freq  # [B, S, D/2]
     emb = torch.cat((freqs, freqs), dim=-1)[:, None]
-    return emb.cos(), emb.sin()
+    return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate [B, H, T, D] by cos/sin [B, 1, T, D]; in float32 like LLaDA's ``rope_full_precision``."""
-    xf = x.float()
-    return (xf * cos + rotate_half(xf) * sin).to(x.dtype)
+    """Rotate [B, H, T, D] by cos/sin [B, 1, T, D] in the tables' dtype, then cast back to x's: float32 tables
+    give LLaDA's ``rope_full_precision``, tables in the model dtype round every product and the sum there (as
+    Dream's model file and LLaDA without full precision do)."""
+    xr = x.to(cos.dtype)
+    return (xr * cos + rotate_half(xr) * sin).to(x.dtype)
 
 
 @dataclass
@@ -368,12 +372,14 @@ class DiffusionLM(nn.Module):
         return self.lm_head(self.norm(h[rows, src - q_lo]))[:n]
 
     def _rope_tables(self, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos/sin for ``position_ids``, reused while the positions repeat (every step of one decode)."""
+        """cos/sin for ``position_ids`` in the rotation's dtype (float32 with ``rope_full_precision``, else the
+        model's), reused while the positions repeat (every step of one decode)."""
         memo = self._rope_memo
+        dtype = torch.float32 if self.config.rope_full_precision else self.dtype
         if (memo is not None and memo[0].shape == position_ids.shape and memo[0].device == position_ids.device
-                and torch.equal(memo[0], position_ids)):
+                and memo[1].dtype == dtype and torch.equal(memo[0], position_ids)):
             return memo[1], memo[2]
-        cos, sin = rope_cos_sin(position_ids, self.config.head_dim, self.config.rope_theta)
+        cos, sin = rope_cos_sin(position_ids, self.config.head_dim, self.config.rope_theta, dtype)
         self._rope_memo = (position_ids.clone(), cos, sin)
         return cos, sin
 

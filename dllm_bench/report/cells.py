@@ -28,7 +28,8 @@ def semantics(config: dict[str, Any], scoring: str | None) -> dict[str, str]:
     """The settings a cell's semantics are pinned by, as text."""
     return {"policy": group_text(config["policy"]), "rule": group_text(config["rule"]),
             "cache": group_text(config["cache"]), "lengths": f"{config['gen_length']}/{config['block_length']}",
-            "count_rule": str(config["count_rule"]), "scoring": scoring or "—"}
+            "count_rule": str(config["count_rule"]), "scoring": scoring or "—",
+            "confidence": str(config.get("confidence_precision", "float64"))}
 
 
 def cell_listing(spec: TableSpec) -> str:
@@ -37,15 +38,16 @@ def cell_listing(spec: TableSpec) -> str:
     runnable = [c for c in cells if c.unavailable is None]
     configs = dict(zip(map(id, runnable), compose_configs([(spec.preset, c.overrides) for c in runnable])))
     lines = [f"#### {spec.name}: {spec.title}", "",
-             "| row | column | policy | rule | cache | gen/block | count | scoring |", "|---|---|---|---|---|---|---|---|"]
+             "| row | column | policy | rule | cache | gen/block | count | scoring | confidence |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for c in cells:
         head = f"| {c.row[0]} | {c.col[0]} |"
         if c.unavailable is not None:
-            lines.append(f"{head} n/a: {c.unavailable} | | | | | |")
+            lines.append(f"{head} n/a: {c.unavailable} | | | | | | |")
             continue
         s = semantics(configs[id(c)], c.scoring)
         lines.append(f"{head} `{s['policy']}` | `{s['rule']}` | `{s['cache']}` | {s['lengths']} | {s['count_rule']} "
-                     f"| {s['scoring']} |")
+                     f"| {s['scoring']} | {s['confidence']} |")
     return "\n".join(lines) + "\n"
 
 

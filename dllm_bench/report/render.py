@@ -285,6 +285,16 @@ def scoring_line(results: list[CellResult]) -> list[str]:
     return [f"Scored with `task.scoring={'/'.join(modes)}`{verify} (docs/tasks.md, \"Scoring modes\").", ""]
 
 
+def _precision_lines(spec: TableSpec, results: list[CellResult]) -> list[str]:
+    """Which dtype a paper table's cells take the confidence softmax in (``confidence_precision``)."""
+    precisions = sorted({str(r.config.get("confidence_precision", "float64")) for r in results if r.config})
+    if spec.paper is None or not precisions:
+        return []
+    return [f"Confidence softmax in `confidence_precision={'/'.join(precisions)}`, as the cell's published loop "
+            "takes it (float64: the LLaDA loops of Fast-dLLM and Fast-dLLM++; model = the logits' dtype: Dream's "
+            "loops and SlowFast's; the cell listing in docs/reports.md gives it per cell).", ""]
+
+
 def to_markdown(spec: TableSpec, results: list[CellResult]) -> str:
     """The table in the paper's layout (rows x columns, one line per metric) with notes and assumptions."""
     rows, cols, by_key = _grid(results)
@@ -292,7 +302,7 @@ def to_markdown(spec: TableSpec, results: list[CellResult]) -> str:
     header = [spec.row_header, "Metric", *[spec.label_col(c) for c in cols]]
     scored = scoring_line(results)
     settings = [settings_line(results), ""] if settings_line(results) else []
-    lines = [f"## {spec.title}", "", *settings, _legend(spec), "", *scored,
+    lines = [f"## {spec.title}", "", *settings, _legend(spec), "", *scored, *_precision_lines(spec, results),
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for _, fields in _grid_lines(spec, results, rows, cols, by_key, numbers):
         lines.append("| " + " | ".join(fields) + " |")
@@ -348,7 +358,8 @@ def to_latex(spec: TableSpec, results: list[CellResult]) -> str:
             lines.append(r"\midrule" if row != rows[-1] else r"\bottomrule")
     lines.append(r"\end{tabular}")
     bound = [BOUND_NOTE] if any(is_bound(r) for r in results) else []
-    lines += ["% " + latex_escape(n) for n in [*_note_lines(results, numbers), *mode_notes(spec, results), *bound] if n]
+    lines += ["% " + latex_escape(n) for n in [*_note_lines(results, numbers), *mode_notes(spec, results),
+                                                *_precision_lines(spec, results), *bound] if n]
     return "\n".join(lines) + "\n"
 
 

@@ -74,6 +74,8 @@ def compute_run_id(cfg: DictConfig | dict) -> str:
     model = data.get("model")
     if isinstance(model, dict) and str(model.get("device")).startswith(("cuda", "per_job")):
         model["device"] = "cuda"  # which GPU of a machine a run lands on does not change its outputs
+    if isinstance(model, dict) and model.get("rope_full_precision", None) is None:
+        model.pop("rope_full_precision", None)  # the default (as published) hashes as before the key existed
     task = data.get("task")
     scoring = task.pop("scoring", "lm_eval") if isinstance(task, dict) else "lm_eval"
     if scoring != "lm_eval" and isinstance(task, dict):

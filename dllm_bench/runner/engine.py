@@ -19,7 +19,7 @@ from dllm_bench.runner.sharding import DistContext
 from dllm_bench.runner.validate import build_task
 
 # One process often runs many configs on the same weights (in-process multirun, make demo).
-_MODELS: dict[tuple[str, str | None, str], Any] = {}
+_MODELS: dict[tuple[str, str | None, str, bool | None], Any] = {}
 
 
 def resolve_device(requested: str | None, ctx: DistContext) -> str:
@@ -29,17 +29,18 @@ def resolve_device(requested: str | None, ctx: DistContext) -> str:
     return requested or "cpu"
 
 
-def load_cached_model(name_or_path: str, dtype: str | None, device: str) -> Any:
-    """`load_model` memoised per (path, dtype, device)."""
-    key = (name_or_path, dtype, device)
+def load_cached_model(name_or_path: str, dtype: str | None, device: str,
+                      rope_full_precision: bool | None = None) -> Any:
+    """`load_model` memoised per (path, dtype, device, rope_full_precision)."""
+    key = (name_or_path, dtype, device, rope_full_precision)
     if key not in _MODELS:
-        _MODELS[key] = load_model(name_or_path, dtype=dtype, device=device)
+        _MODELS[key] = load_model(name_or_path, dtype=dtype, device=device, rope_full_precision=rope_full_precision)
     return _MODELS[key]
 
 
 def loaded_models() -> list[tuple[str, str | None, str]]:
     """(path, dtype, device) of the models this process holds."""
-    return list(_MODELS)
+    return [key[:3] for key in _MODELS]
 
 
 def device_name(device: str) -> str:
@@ -77,7 +78,7 @@ class DecodingEngine(Engine):
     def __init__(self, c: dict[str, Any], ctx: DistContext):
         m = c["model"]
         self.device = resolve_device(m.get("device"), ctx)
-        self.model = load_cached_model(str(m["name_or_path"]), m.get("dtype"), self.device)
+        self.model = load_cached_model(str(m["name_or_path"]), m.get("dtype"), self.device, m.get("rope_full_precision"))
         self.tokenizer = self.model.tokenizer
         self.config = self.model.config
         self.stop_token_ids = tuple(self.config.stop_token_ids)

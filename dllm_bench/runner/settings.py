@@ -47,6 +47,7 @@ class ModelSettings:
     forbidden_tokens: list[str] = field(default_factory=list)
     dtype: str | None = None
     device: str | None = None
+    rope_full_precision: bool | None = None  # None = as the published model code (see load_model)
 
 
 def setting_names(cls: type) -> tuple[str, ...]:

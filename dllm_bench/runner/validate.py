@@ -165,6 +165,7 @@ def _check_device(device: Any) -> None:
 def _validate_model(model: dict[str, Any]) -> None:
     _choice("model.flavour", model.get("flavour"), FLAVOURS)
     _choice("model.dtype", model.get("dtype"), DTYPES)
+    _choice("model.rope_full_precision", model.get("rope_full_precision"), (None, True, False))
     forbidden = model.get("forbidden_tokens") or []
     if not isinstance(forbidden, list) or not all(isinstance(t, str) and t for t in forbidden):
         _fail("model.forbidden_tokens", forbidden, "a list of token strings (looked up in the model's tokenizer)")

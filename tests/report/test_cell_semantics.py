@@ -1,5 +1,5 @@
 """What every paper-table cell runs, pinned as data written here (issue 13): policy, rule and parameters, cache and
-its intervals, lengths, counting rule, scoring. Each cell of dllm_bench/report/table_specs/ is composed as the runner would compose
+its intervals, lengths, counting rule, scoring, confidence precision (issue 23). Each cell of dllm_bench/report/table_specs/ is composed as the runner would compose
 it and compared with these expectations; docs/reports.md shows the same listing."""
 
 from __future__ import annotations
@@ -93,6 +93,15 @@ def count_rule(table: str, row: str, col: str) -> str:
     return "cut"
 
 
+def confidence_precision(table: str, col: str) -> str:
+    """The dtype of the published loop's confidence softmax: float64 in the LLaDA loops of Fast-dLLM
+    (llada/generate.py), Fast-dLLM++ (v1/llada/generate.py) and its LLaDA-V hook; the logits' own dtype ("model")
+    in every Dream loop (Dream's sample_tokens, as Fast-dLLM's and Fast-dLLM++'s copies) and in both SlowFast loops
+    (sampling_utils: softmax(logits) on bf16 logits, LLaDA and Dream)."""
+    dream = table in ("fast_dllm_t2", "fast_dllm_pp_t4") or col.startswith("Dream")
+    return "model" if dream or table.startswith("slowfast") else "float64"
+
+
 def expected_for(table: str, cell, config) -> dict[str, str]:
     labels = EXPECTED[table]
     key = cell.col[0] if cell.col[0] in labels else cell.row[0]
@@ -107,7 +116,7 @@ def expected_for(table: str, cell, config) -> dict[str, str]:
         cache = "none" if cache_name == "none" else f"{cache_name}(refresh_every=null, compat_first_token={first})"
     return {"policy": policy.format(**params), "rule": rule.format(**params), "cache": cache.format(**params),
             "lengths": f"{gen}/{block.format(**params)}", "count_rule": count_rule(table, cell.row[0], cell.col[0]),
-            "scoring": "paper"}
+            "scoring": "paper", "confidence": confidence_precision(table, cell.col[0])}
 
 
 @pytest.mark.parametrize("table", sorted(EXPECTED))

@@ -1,0 +1,114 @@
+"""The bf16 path on the CPU (the casts a GPU run makes): the committed tiny checkpoints decode in bfloat16.
+
+- Dream's own loop in bf16 gives the published loop's tokens (tests/fixtures/bf16_dream_decode_published.json,
+  recorded from Fast-dLLM's Dream files; how: the file's ``note``); the logits themselves are pinned in
+  tests/models/test_published_logits.py.
+- Every policy x rule x cache decodes to the end in bf16, and a batch decodes each prompt as it decodes alone.
+  That holds for rows of equal length (no padding), which is how these prompts batch. A left-padded row is not
+  bit-identical: its attention sums over more keys (the padded ones weigh 0), the kernel blocks the sums
+  differently, and the logits move by a rounding step (about 1e-5 in float32, 0.125 in bf16), which in bf16
+  changes up to 2 of 6 decodes per setting on the tiny checkpoints (3 pads on the left).
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+
+import pytest
+import torch
+
+from dllm_bench.decoding import (
+    DecodeSpec,
+    Decoding,
+    Sampling,
+    build_cache,
+    build_policy,
+    build_selector,
+    generate,
+)
+from dllm_bench.models import load_model
+from dllm_bench.tasks.sudoku import SudokuTask
+from dllm_bench.tiny.encoding import DEFAULT_GEN_LENGTH, encode_batch
+
+ROOT = Path(__file__).resolve().parents[2]
+CHECKPOINTS = ROOT / "dllm_bench" / "tiny" / "checkpoints"
+GOLDEN = json.loads((ROOT / "tests" / "fixtures" / "bf16_dream_decode_published.json").read_text())
+G, BLOCK = DEFAULT_GEN_LENGTH, 8
+# the paper cells' confidence precision (conf/experiment/): float64 in the LLaDA loops, the logits' dtype in Dream's
+PRECISION = {"llada": "float64", "dream": "model"}
+
+RULES = {  # name -> (policy, its parameters, selector, its parameters)
+    "topk": ("blocks", {"steps": G}, "topk", {}),
+    "threshold": ("blocks", {}, "threshold", {"tau": 0.9}),
+    "factor": ("blocks", {}, "factor", {"f": 1.0}),
+    "factor_compat": ("blocks", {}, "factor", {"f": 1.0, "compat": True}),
+    "frechet": ("blocks", {}, "frechet", {"delta": 0.25}),
+    "slowfast_code": ("slowfast", {"preset": "code"}, None, {}),
+    "slowfast_paper": ("slowfast", {"preset": "paper"}, None, {}),
+}
+DREAM_RULES = {
+    **{f"dream_{alg}": ("dream", {"steps": G, "alg": alg}, None, {}) for alg in ("maskgit_plus", "topk_margin", "entropy")},
+    "dream_threshold": ("dream_threshold", {"steps": 3, "tau": 0.9}, None, {}),
+    "slowfast_dream": ("slowfast", {"preset": "dream"}, None, {}),
+}
+CACHES = {"none": {}, "prefix": {}, "dual": {}, "dllm": {"prompt_interval": 4, "response_interval": 2, "verify_ratio": 0.25}}
+# whole-answer policies decode with one block
+WHOLE = ("dream", "dream_threshold")
+# the fast lane: one setting per cache and per policy family; the rest of the matrix is marked slow
+FAST = {("llada", "threshold", "none"), ("llada", "frechet", "dual"), ("llada", "slowfast_code", "dllm"), ("dream", "dream_entropy", "none"), ("dream", "threshold", "prefix"),
+        ("dream", "dream_threshold", "none"), ("dream", "slowfast_dream", "none")}
+
+
+@cache
+def _model(flavour: str):
+    return load_model(CHECKPOINTS / f"tiny_{flavour}", device="cpu", dtype=torch.bfloat16)
+
+
+@cache
+def _prompts(flavour: str, n: int) -> torch.Tensor:
+    model, rows = _model(flavour), SudokuTask(limit=n).docs()
+    return encode_batch(model.tokenizer, model.config, [r["puzzle"] for r in rows], [r["solution"] for r in rows], G)[0]
+
+
+def _decode(flavour: str, setting: tuple, cache_name: str, ids: torch.Tensor):
+    policy, params, selector, sparams = setting
+    block = G if policy in WHOLE or params.get("preset") == "dream" else BLOCK
+    decoding = Decoding(G, block, build_policy(policy, **params), build_selector(selector, **sparams) if selector else None,
+                        build_cache(cache_name, **CACHES[cache_name]))
+    spec = DecodeSpec(decoding, Sampling(confidence_precision=PRECISION[flavour]))
+    with torch.no_grad():
+        return generate(_model(flavour), ids, torch.ones_like(ids), spec)
+
+
+def _cases():
+    for flavour, rules in (("llada", RULES), ("dream", {**RULES, **DREAM_RULES})):
+        for name in rules:
+            for cache_name in CACHES if name != "dream_threshold" else ("none",):  # that policy refuses a cache
+                marks = [] if (flavour, name, cache_name) in FAST else [pytest.mark.slow]
+                yield pytest.param(flavour, name, cache_name, marks=marks, id=f"{flavour}-{name}-{cache_name}")
+
+
+@pytest.mark.parametrize("flavour,name,cache_name", list(_cases()))
+def test_bf16_decode_batched_equals_alone(flavour: str, name: str, cache_name: str) -> None:
+    setting = {**RULES, **DREAM_RULES}[name]
+    ids = _prompts(flavour, 2)
+    batched = _decode(flavour, setting, cache_name, ids)
+    assert _model(flavour).dtype == torch.bfloat16
+    assert not (batched.tokens == _model(flavour).config.mask_token_id).any(), "masks left in the answer"
+    for i in range(ids.shape[0]):
+        alone = _decode(flavour, setting, cache_name, ids[i : i + 1])
+        assert batched.tokens[i].tolist() == alone.tokens[0].tolist(), f"row {i}"
+        assert batched.records[i].nfe == alone.records[0].nfe, f"row {i}"
+
+
+@pytest.mark.parametrize("alg", [pytest.param(a, marks=[] if a == "entropy" else [pytest.mark.slow])
+                                 for a in sorted(GOLDEN["answers"])])
+def test_dream_bf16_decode_equals_the_published_loop(alg: str) -> None:
+    if torch.backends.cpu.get_cpu_capability() != GOLDEN["cpu_capability"]:
+        pytest.skip(f"recorded on a {GOLDEN['cpu_capability']} CPU: matrix-product kernels may round differently")
+    ids = _prompts("dream", GOLDEN["puzzles"])
+    out = _decode("dream", DREAM_RULES[f"dream_{alg}"], "none", ids)
+    want = GOLDEN["answers"][alg]
+    assert [row.tolist() for row in out.tokens] == want
