@@ -3,28 +3,20 @@
 The float32 ``F.cosine_similarity`` of an unchanged row is 1 give or take an ulp that depends on the reduction's
 vector width (ATEN_CPU_CAPABILITY), and ``torch.topk`` on the CPU breaks ties in no stated order, so the
 published ranking picked different rows on AVX2 and AVX-512 kernels (issue 31). Here: an independent reference
-(correctly rounded sums), unchanged rows, the published ranking behind ``compat``, and the same choice under
-every capability this CPU has."""
+(correctly rounded sums), unchanged rows and the published ranking behind ``compat``; the same choice under every
+capability this CPU has: tests/test_cpu_capabilities.py."""
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
-import pytest
 import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dllm_bench.models.cache import least_similar_rows
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def reference(new: torch.Tensor, cached: torch.Tensor, n: int) -> list[list[int]]:
@@ -85,39 +77,3 @@ def test_compat_is_the_published_ranking():
     new = (cached.float() + torch.rand(2, 16, 1, generator=g) * torch.randn(2, 16, 32, generator=g)).bfloat16()
     want = torch.topk(F.cosine_similarity(new, cached, dim=-1), 5, dim=-1, largest=False).indices.sort(-1).values
     assert torch.equal(least_similar_rows(new, cached, 5, compat=True), want)
-
-
-def cpu_capabilities() -> list[str]:
-    """The ATEN_CPU_CAPABILITY values this CPU can run: default, and avx2 / avx512 where /proc/cpuinfo has the
-    flags (the same test as .ci/run)."""
-    try:
-        flags = set(Path("/proc/cpuinfo").read_text().split())
-    except OSError:
-        return ["default"]
-    return ["default"] + [cap for cap, flag in (("avx2", "avx2"), ("avx512", "avx512f")) if flag in flags]
-
-
-_CHILD = """
-import json, torch, torch.nn.functional as F
-from tests.decoding.test_verify_selection import near_ties
-from dllm_bench.models.cache import least_similar_rows
-new, cached = near_ties(8, 48, 256, 7)
-n = 12
-published = torch.topk(F.cosine_similarity(new, cached, dim=-1), n, dim=-1, largest=False).indices.sort(-1).values
-print(json.dumps({"capability": torch.backends.cpu.get_cpu_capability(),
-                  "ours": least_similar_rows(new, cached, n).tolist(), "published": published.tolist()}))
-"""
-
-
-@pytest.mark.skipif(sys.platform != "linux" or os.uname().machine != "x86_64", reason="x86 SIMD capabilities")
-def test_the_choice_is_the_same_under_every_cpu_capability():
-    """One process per capability the CPU has: the rows chosen are identical (the published ranking's may not be)."""
-    runs = {}
-    for cap in cpu_capabilities():
-        env = {**os.environ, "ATEN_CPU_CAPABILITY": cap, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-        out = subprocess.run([sys.executable, "-c", _CHILD], env=env, cwd=ROOT, capture_output=True, text=True,
-                             check=True).stdout
-        runs[cap] = json.loads(out)
-        assert runs[cap]["capability"].lower() == cap
-    first = next(iter(runs.values()))["ours"]
-    assert all(run["ours"] == first for run in runs.values())
