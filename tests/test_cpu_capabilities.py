@@ -3,10 +3,11 @@ avx2, avx512; issue 31), measured in one child process per capability this CPU h
 
 The same bits everywhere: dLLM-Cache V-verify's row choice (``least_similar_rows``), ``Linear`` and ``F.linear``
 (MKL's GEMM picks its own kernels; ATEN_CPU_CAPABILITY does not reach it), the token choice x0 of the float64
-confidence (a max). Not the same bits: the float64 confidence itself (``exp`` and the sum are ATen kernels of each
-width), equal to 1e-14 relative, and the network's logits (RMSNorm, attention and softmax are too), equal to
-1e-5, so a golden decode holds on every CPU only where no choice sits inside that margin (the make target
-``test-cpu-capabilities`` runs the goldens under each capability)."""
+confidence (a max), ``torch.rand``. Not the same bits: the float64 confidence itself (``exp`` and the sum are ATen
+kernels of each width), equal to 1e-14 relative; the network's logits (RMSNorm, attention and softmax are too),
+equal to 1e-5, so a golden decode holds on every CPU only where no choice sits inside that margin (``make
+test-cpu-capabilities`` runs the goldens under each capability); float32 ``randn``/``normal_`` of 16+ values (an
+AVX2 Box-Muller under avx2 and avx512, a scalar one under default), so the inputs here are drawn in float64."""
 
 from __future__ import annotations
 
@@ -48,22 +49,26 @@ def probe() -> dict:
     from dllm_bench.models.cache import least_similar_rows
 
     g = torch.Generator().manual_seed(7)
+
+    def randn(*shape: int) -> torch.Tensor:  # float32 randn itself differs under default (its AVX2 Box-Muller)
+        return torch.randn(shape, generator=g, dtype=torch.float64).float()
+
     # V-verify: a third of the rows unchanged, a third moved by an ulp or so, the rest moved a little
-    cached = torch.randn(8, 48, 256, generator=g)
+    cached = randn(8, 48, 256)
     kind = torch.randint(0, 3, (8, 48, 1), generator=g)
     ulp = cached * torch.randint(-2, 3, cached.shape, generator=g) * 2.0**-23
-    new = torch.where(kind == 1, cached + ulp, torch.where(kind == 2, cached + 0.05 * torch.randn(cached.shape, generator=g), cached))
+    new = torch.where(kind == 1, cached + ulp, torch.where(kind == 2, cached + 0.05 * randn(*cached.shape), cached))
     published = torch.topk(F.cosine_similarity(new, cached, dim=-1), 12, dim=-1, largest=False).indices.sort(-1).values
     # Linear at 12-64 rows (LM-head-sized weight in tiles) and F.linear
     layer = network.Linear(512, 9000, bias=True)
     with torch.no_grad():
-        layer.weight.copy_(torch.randn(9000, 512, generator=g) * 0.05)
-        layer.bias.copy_(torch.randn(9000, generator=g))
-        x = torch.randn(64, 512, generator=g)
+        layer.weight.copy_(randn(9000, 512) * 0.05)
+        layer.bias.copy_(randn(9000))
+        x = randn(64, 512)
         linear = [_sha(layer(x[:rows])) for rows in (12, 16, 31, 64)]
         f_linear = _sha(F.linear(x, layer.weight, layer.bias))
     # the float64 confidence on LM-head-sized logits
-    logits = torch.randn(16, 126464, generator=g) * 4
+    logits = randn(16, 126464) * 4
     x0, conf = candidate_predictions(logits, [16], unchosen_token_ids=[126336])
     # the tiny checkpoint's logits
     model = load_model(CHECKPOINTS / "tiny_llada", device="cpu", dtype="float32")
@@ -73,7 +78,7 @@ def probe() -> dict:
     return {"capability": torch.backends.cpu.get_cpu_capability().lower(),
             "ours": least_similar_rows(new, cached, 12).tolist(), "published": published.tolist(),
             "linear": linear, "f_linear": f_linear, "x0": x0.tolist(), "confidence": conf.tolist(),
-            "logits": net.flatten().tolist()}
+            "logits": net.flatten().tolist(), "rand": _sha(torch.rand(64, generator=torch.Generator().manual_seed(0)))}
 
 
 @cache
@@ -99,7 +104,7 @@ def test_each_child_runs_the_capability_it_was_given():
 def test_verify_rows_linear_and_the_token_choice_are_the_same_bits():
     first, *others = runs().values()
     for run in others:
-        for key in ("ours", "linear", "f_linear", "x0"):
+        for key in ("ours", "linear", "f_linear", "x0", "rand"):
             assert run[key] == first[key], key
 
 

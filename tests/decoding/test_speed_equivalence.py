@@ -36,6 +36,9 @@ def test_tiny_checkpoints_decode_as_recorded(key):
 @pytest.mark.exhaustive
 @pytest.mark.parametrize("current", [False, True], ids=["vocab", "current_vocab"])
 def test_real_vocabulary_shape_decodes_as_recorded(current):
+    if torch.backends.cpu.get_cpu_capability() == "DEFAULT":
+        pytest.skip("the bench's random weights are float32 normal_ draws, which ATen's default kernels draw "
+                    "differently from its avx2/avx512 ones; the fixture holds the avx2/avx512 weights")
     with torch.no_grad():
         got = ref.vocab_runs(current=current)
     tag = "current_vocab/" if current else "vocab/"
