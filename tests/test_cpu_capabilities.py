@@ -2,12 +2,12 @@
 avx2, avx512; issue 31), measured in one child process per capability this CPU has.
 
 The same bits everywhere: dLLM-Cache V-verify's row choice (``least_similar_rows``), ``Linear`` and ``F.linear``
-(MKL's GEMM picks its own kernels; ATEN_CPU_CAPABILITY does not reach it), the token choice x0 of the float64
-confidence (a max), ``torch.rand``. Not the same bits: the float64 confidence itself (``exp`` and the sum are ATen
-kernels of each width), equal to 1e-14 relative; the network's logits (RMSNorm, attention and softmax are too),
-equal to 1e-5, so a golden decode holds on every CPU only where no choice sits inside that margin (``make
-test-cpu-capabilities`` runs the goldens under each capability); float32 ``randn``/``normal_`` of 16+ values (an
-AVX2 Box-Muller under avx2 and avx512, a scalar one under default), so the inputs here are drawn in float64."""
+(MKL's GEMM picks its own kernels; ATEN_CPU_CAPABILITY does not reach it), the float64 confidence and its token
+choice at a 126k vocabulary (``exp`` is MKL's; the float64 sum came out the same), ``torch.rand``. Not the same
+bits: the network's logits (RMSNorm, attention and softmax are ATen kernels of each width), equal to 1e-4, so a
+golden decode holds on every CPU only where no choice sits inside that margin (``make test-cpu-capabilities`` runs
+the goldens under each capability); float32 ``randn``/``normal_`` of 16+ values (an AVX2 Box-Muller under avx2 and
+avx512, a scalar one under default), so the inputs here are drawn in float64."""
 
 from __future__ import annotations
 
@@ -101,16 +101,15 @@ def test_each_child_runs_the_capability_it_was_given():
     assert {cap: run["capability"] for cap, run in runs().items()} == {cap: cap for cap in runs()}
 
 
-def test_verify_rows_linear_and_the_token_choice_are_the_same_bits():
+def test_verify_rows_linear_and_the_confidence_are_the_same_bits():
     first, *others = runs().values()
     for run in others:
-        for key in ("ours", "linear", "f_linear", "x0", "rand"):
+        for key in ("ours", "linear", "f_linear", "x0", "confidence", "rand"):
             assert run[key] == first[key], key
 
 
-def test_the_float64_confidence_and_the_logits_agree_to_their_margins():
+def test_the_logits_agree_to_their_margin():
+    """Up to 4.0e-5 apart on this CPU (logits of magnitude up to about 20)."""
     first, *others = runs().values()
     for run in others:
-        assert torch.allclose(torch.tensor(run["confidence"], dtype=torch.float64),
-                              torch.tensor(first["confidence"], dtype=torch.float64), rtol=1e-14, atol=0)
-        assert torch.allclose(torch.tensor(run["logits"]), torch.tensor(first["logits"]), rtol=0, atol=1e-5)
+        assert torch.allclose(torch.tensor(run["logits"]), torch.tensor(first["logits"]), rtol=0, atol=1e-4)
