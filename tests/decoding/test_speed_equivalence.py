@@ -1,6 +1,8 @@
 """The speed work changed no decision: tokens and NFE equal the values recorded before it
 (``tests/fixtures/speed_tokens.json``, written by ``tests/decoding/speed_reference.py`` on the earlier engine):
-``first100``/``all500``/``vocab`` before the first speed round, ``current``/``current_vocab`` before the second."""
+``first100``/``all500``/``vocab`` before the first speed round, ``current``/``current_vocab`` before the second
+(its dLLM-Cache entries again after issue 31's V-verify ranking). The same digests under every ATEN_CPU_CAPABILITY
+(``make test-cpu-capabilities``)."""
 
 from __future__ import annotations
 
