@@ -25,10 +25,10 @@ def least_similar_rows(new: torch.Tensor, cached: torch.Tensor, n: int, compat: 
     """Positions [B, n] (ascending) of the n rows of ``new`` [B, R, F] least cosine-similar to ``cached``.
 
     The similarity a.b / sqrt(|a|^2 |b|^2) is taken in float64, so that an unchanged row is exactly 1, and rounded
-    to float32, so that rows within rounding noise of each other tie; ties go to the lower position, as
-    ``torch.topk`` on CUDA takes a tied k-th value. The choice then does not depend on the SIMD width of the
-    reductions (ATEN_CPU_CAPABILITY; tests/decoding/test_verify_selection.py). ``compat``: the published hook,
-    ``F.cosine_similarity`` in the V dtype and ``torch.topk`` (tie order unspecified on the CPU).
+    to float32, so that rows within rounding noise of each other tie; ties go to the lower position. The choice
+    then does not hinge on the SIMD width of the reductions (ATEN_CPU_CAPABILITY; tests/test_cpu_capabilities.py).
+    ``compat``: the published hook, ``F.cosine_similarity`` in the V dtype and ``torch.topk`` (which states no
+    order for ties).
     """
     if compat:
         return torch.topk(F.cosine_similarity(new, cached, dim=-1), n, dim=-1, largest=False).indices.sort(dim=-1).values
