@@ -219,12 +219,17 @@ class DualCache:
 
 @dataclass(frozen=True)
 class DLLMCache:
-    """dLLM-Cache: prompt refreshed every K_p forwards, response every K_r, V-verify ratio rho on the rest."""
+    """dLLM-Cache: prompt refreshed every K_p forwards, response every K_r, V-verify ratio rho on the rest.
+
+    ``verify_compat`` ranks V-verify's rows as the published hook (similarity in the V dtype, ``torch.topk``)
+    instead of the CPU-independent float64 rule (:func:`dllm_bench.models.cache.least_similar_rows`).
+    """
 
     prompt_interval: int = 100  # dLLM-Cache's LLaDA-Base setting; its LLaDA-Instruct GSM8K run used 50/7
     response_interval: int = 6
     verify_ratio: float = 0.25
     layer0_always: bool = True
+    verify_compat: bool = False
     name: str = field(default="dllm", init=False)
 
     def plan(self, forward_index: int) -> tuple[bool, bool, float]:
@@ -240,7 +245,7 @@ CACHES = {"none": NoCache, "prefix": PrefixCache, "dual": DualCache, "dllm": DLL
 
 def build_cache(name: str, **params) -> Cache:
     """Cache from a name: none; prefix/dual (refresh_every, compat_first_token); dllm (prompt_interval,
-    response_interval, verify_ratio, layer0_always)."""
+    response_interval, verify_ratio, layer0_always, verify_compat)."""
     if name not in CACHES:
         raise ValueError(f"cache {name!r} is not one of {sorted(CACHES)}")
     cls = CACHES[name]

@@ -170,7 +170,7 @@ class ForwardRunner:
 
         cfg: DLLMCache = self.cache
         if not self.cohorts:
-            fc = FeatureCache(prompt_length=self.P, refresh_layer0=cfg.layer0_always)
+            fc = FeatureCache(prompt_length=self.P, refresh_layer0=cfg.layer0_always, verify_compat=cfg.verify_compat)
             self.cohorts = [_Cohort(rows, fc, (0, 0), 0)]
         cohort = self.cohorts[0]
         active = torch.zeros(self.batch, dtype=torch.bool, device=rows.device)

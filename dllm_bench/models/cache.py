@@ -21,6 +21,23 @@ import torch.nn.functional as F
 from .network import Block, LayerContext
 
 
+def least_similar_rows(new: torch.Tensor, cached: torch.Tensor, n: int, compat: bool = False) -> torch.Tensor:
+    """Positions [B, n] (ascending) of the n rows of ``new`` [B, R, F] least cosine-similar to ``cached``.
+
+    The similarity a.b / sqrt(|a|^2 |b|^2) is taken in float64, so that an unchanged row is exactly 1, and rounded
+    to float32, so that rows within rounding noise of each other tie; ties go to the lower position. The choice
+    then does not hinge on the SIMD width of the reductions (ATEN_CPU_CAPABILITY; tests/test_cpu_capabilities.py).
+    ``compat``: the published hook, ``F.cosine_similarity`` in the V dtype and ``torch.topk`` (which states no
+    order for ties).
+    """
+    if compat:
+        return torch.topk(F.cosine_similarity(new, cached, dim=-1), n, dim=-1, largest=False).indices.sort(dim=-1).values
+    a, b = new.double(), cached.double()
+    dot, a2, b2 = (a * b).sum(dim=-1), (a * a).sum(dim=-1), (b * b).sum(dim=-1)
+    sim = (dot / (a2 * b2).sqrt().clamp_min(1e-16)).float()
+    return torch.sort(sim, dim=-1, stable=True).indices[:, :n].sort(dim=-1).values
+
+
 class KVCache:
     """Per-layer K/V of the whole canvas; a forward over ``[start, start + T)`` overwrites that span."""
 
@@ -90,9 +107,10 @@ class FeatureCache:
     ``length - prompt_length`` response slots, as the SlowFast copy of the published hook does.
     """
 
-    def __init__(self, prompt_length: int, refresh_layer0: bool = True) -> None:
+    def __init__(self, prompt_length: int, refresh_layer0: bool = True, verify_compat: bool = False) -> None:
         self.prompt_length = prompt_length
         self.refresh_layer0 = refresh_layer0  # upstream's later fix; False reproduces the older behaviour
+        self.verify_compat = verify_compat  # V-verify ranks as the published hook (see least_similar_rows)
         self.refresh_prompt = True
         self.refresh_response = True
         self.verify_ratio = 0.0
@@ -198,8 +216,7 @@ class FeatureCache:
         if n > 0:
             flat_new = v_new.transpose(1, 2).reshape(b, r, -1)
             flat_old = c["v"][:, :, p:].transpose(1, 2).reshape(b, r, -1)
-            sim = F.cosine_similarity(flat_new.float(), flat_old.float(), dim=-1)  # [B, R]
-            selected = torch.topk(sim, n, dim=-1, largest=False).indices.sort(dim=-1).values + p  # [B, n]
+            selected = least_similar_rows(flat_new, flat_old, n, compat=self.verify_compat) + p  # [B, n]
         else:
             selected = torch.zeros(b, 0, dtype=torch.long, device=h.device)
         c["v"][:, :, p:] = v_new

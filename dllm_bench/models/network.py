@@ -157,8 +157,9 @@ class Linear(nn.Linear):
     MKL's GEMM is 1.2-2.2x faster with the rows as its short side: the 16-96 rows of a cached step, or an LM
     head over a block; the rows are padded to a multiple of 8 (up to 2x faster than 31 rows), and a weight with
     many output features (an LM head) goes in tiles of ``WX_TILE_ROWS`` that stay in cache, another 10-20 %
-    (docs/benchmarks.md). From 12 rows up this gives ``F.linear``'s bits
-    (tests/models/test_linear.py); below that the two orders round differently, so fewer rows keep
+    (docs/benchmarks.md). From 12 rows up this gives ``F.linear``'s bits (tests/models/test_linear.py; a property
+    of the BLAS, MKL 2024.2 here, whose kernels ATEN_CPU_CAPABILITY does not change, so it holds under default, avx2
+    and avx512: tests/test_cpu_capabilities.py); below that the two orders round differently, so fewer rows keep
     ``F.linear``, as do small weights (under 512 x 512), where the transposes cost more than the product saves.
     """
 

@@ -19,7 +19,8 @@ def random_network(raw: dict[str, Any], name: str, device: torch.device, dtype: 
     """``DiffusionLM`` for the HF-style config ``raw``: matrices N(0, 0.02), norm weights 1, biases 0.
 
     Built on ``device`` after ``torch.manual_seed(seed)``: the weights depend only on config, seed, device
-    and dtype.
+    and dtype, and on the CPU on ATen's kernel width: float32 ``normal_`` draws other values under
+    ``ATEN_CPU_CAPABILITY=default`` than under avx2/avx512 (docs/decoding.md, "The same decode on every CPU").
     """
     cfg = ModelConfig.from_hf_config(raw, name_or_path=name)
     torch.manual_seed(seed)

@@ -106,7 +106,8 @@ class PlainDLLMCache:
     Step counter = 1-based forward count; prompt refreshed when (step-1) % K_p == 0, response when
     (step-1) % K_r == 0; layer 0 always refreshes both when ``layer0_always``. V-verify (0 < rho <= 1) on every
     step that does not refresh the response: fresh response V replaces the cached V, then the int(R rho) least
-    similar tokens get q, k, attention and FFN recomputed (with the prompt on a prompt-refresh step). A forward
+    similar tokens (float64 cosine rounded to float32, ties to the lower position: this harness's rule, not the
+    published ``torch.topk``) get q, k, attention and FFN recomputed (with the prompt on a prompt-refresh step). A forward
     over a shorter canvas (SlowFast's truncation) uses and updates only the first S - P response slots.
     """
 
@@ -157,8 +158,10 @@ class PlainDLLMCache:
                 positions.append(torch.arange(P))
             if 0 < self.rho <= 1:
                 v_new = net.value(L, x[P:])
-                sim = F.cosine_similarity(v_new, work["v"], dim=-1)
-                selected = torch.topk(sim, int(R * self.rho), largest=False).indices
+                # float64 similarity rounded to float32, lowest first, ties by position (issue 31)
+                sim = F.cosine_similarity(v_new.double(), work["v"].double(), dim=-1).float().tolist()
+                ranked = sorted(range(R), key=lambda j: (sim[j], j))
+                selected = torch.tensor(sorted(ranked[: int(R * self.rho)]), dtype=torch.long)
                 work["v"] = v_new  # the whole response V first ...
                 q_s, k_s, _ = net.project(L, x[P:][selected])
                 work["k"][selected] = k_s  # ... then the selected tokens' K

@@ -10,6 +10,12 @@ real-vocabulary shape (126 464 ids, random weights) with threshold 0.9 and Fréc
 left-padded batch. dLLM-Cache and Dream with prefix/dual are left out: their semantics are being corrected
 (issue 13), so their tokens move on purpose. The baseline predates the mask token's return to the softmax
 denominator (issue 13 item 11), so every decode here runs with ``confidence_mask_in_softmax=False``.
+
+The ``current/*/*/dllm`` entries were recorded again (``--current``) when V-verify's ranking became float64 with
+ties by position (issue 31): the published ``torch.topk`` over float32 similarities picked other rows under
+ATEN_CPU_CAPABILITY=default, avx2 and avx512, so those decodes depended on the CPU. Every digest here must hold
+under each capability (``make test-cpu-capabilities``); the ``vocab`` entries hold for avx2/avx512 only (the
+bench's random weights are float32 ``normal_`` draws, which the default kernels draw differently).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The CPU Linear (W @ x.T from WX_MIN_ROWS rows) gives F.linear's bits, so every network output is unchanged.
 
 Every test here lowers WX_MIN_WEIGHTS to 0, so that small layers (and the tiny checkpoints) take the W @ x.T
-product too."""
+product too. The bits are MKL's: they hold under ATEN_CPU_CAPABILITY=default, avx2 and avx512 alike (``make
+test-cpu-capabilities`` runs this file under each); another BLAS may round differently below some row count."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ DREAM_PREFIX = "prefix(refresh_every=null, compat_first_token=true)"
 ADAPTIVE = "blocks(steps=null)"
 FIXED = "blocks(steps={gen})"
 TAU = "threshold(tau=0.9)"
-DLLM = "dllm(prompt_interval={kp}, response_interval={kr}, verify_ratio={rho}, layer0_always=true)"
+DLLM = "dllm(prompt_interval={kp}, response_interval={kr}, verify_ratio={rho}, layer0_always=true, verify_compat=false)"
 # SlowFast + dLLM-Cache per-task K_p / K_r / rho of the SlowFast scripts (upstream_semantics.md section 3)
 SF_CACHE = {"GSM8K": (15, 1, 0.0), "GPQA": (15, 5, 0.25), "HumanEval": (10, 1, 0.0), "MBPP": (5, 1, 0.0),
             "BBH": (5, 1, 0.0), "MATH": (15, 1, 0.0), "MMLU": (15, 1, 0.0)}
@@ -75,7 +75,8 @@ EXPECTED: dict[str, dict[str, tuple[str, str, str, str]]] = {
                     "LLaDA-8B-Base + Sampling [code preset]": (SF_CODE, "none", "none", "{gen}"),
                     **{f"LLaDA-8B-Base + Sampling + Cache (Kp={kp};Kr={kr}) [{p} preset]":
                        (SF_PAPER if p == "paper" else SF_CODE, "none",
-                        f"dllm(prompt_interval={kp}, response_interval={kr}, verify_ratio=0.25, layer0_always=true)",
+                        f"dllm(prompt_interval={kp}, response_interval={kr}, verify_ratio=0.25, layer0_always=true, "
+                        "verify_compat=false)",
                         "{gen}") for kp, kr in ((100, 5), (500, 30)) for p in ("paper", "code")}},
 }
 

@@ -70,6 +70,7 @@ SWITCHES = [
     (["cache=dllm"], "cache.prompt_interval", 7, 2),
     (["cache=dllm"], "cache.response_interval", 3, 2),
     (["cache=dllm"], "cache.verify_ratio", 0.5, 2),
+    (["cache=dllm"], "cache.verify_compat", True, 2),
     (["cache=prefix"], "cache.refresh_every", 4, 2),
     (["cache=prefix"], "cache.compat_first_token", True, 2),
     (["cache=dual"], "cache.refresh_every", 4, 2),
