@@ -34,12 +34,13 @@ from dllm_bench.decoding import (
     generate,
 )
 from dllm_bench.decoding.accounting import cut_at_stop_strings
+from dllm_bench.decoding.rules import RULES, rule_parameters
 from dllm_bench.models import load_model
 from dllm_bench.tasks.chat import chat_wrap
 
 log = logging.getLogger(__name__)
 
-SELECTORS = ("topk", "threshold", "factor", "frechet")
+SELECTORS = tuple(n for n in sorted(RULES) if n != "oracle")  # every registered rule but the oracle (no reference)
 CACHES = ("none", "prefix", "dual", "dllm")
 LM_EVAL_DEFAULT_DEVICE = "cuda:0"  # what lm-eval's CLI passes when no --device was given
 
@@ -70,14 +71,14 @@ class DecodingStats:
 
 
 def _build_decoding(selector: str, cache: str, steps: int | None, gen_length: int, block_length: int,
-                    params: dict[str, float], refresh_every: int | None, sampling: Sampling) -> DecodeSpec:
+                    params: dict[str, Any], refresh_every: int | None, sampling: Sampling) -> DecodeSpec:
     """The decode spec of plain model_args values, checked before the model loads."""
     if selector not in SELECTORS:
         raise ValueError(f"selector={selector!r}: expected one of {SELECTORS}")
     if cache not in CACHES:
         raise ValueError(f"cache={cache!r}: expected one of {CACHES}")
     sel = build_selector(selector, **params)
-    policy = build_policy("blocks", steps=steps if selector == "topk" else None)
+    policy = build_policy("blocks", steps=None if RULES[selector].adaptive else steps)
     if cache in ("prefix", "dual"):
         cache_obj = build_cache(cache, refresh_every=refresh_every)
     else:
@@ -101,9 +102,6 @@ class DllmBenchLM(LM):
         self,
         model: str | None = None,
         selector: str = "frechet",
-        delta: float = 0.25,
-        tau: float = 0.9,
-        f: float = 1.0,
         steps: int | None = None,
         cache: str = "none",
         refresh_every: int | None = None,
@@ -131,14 +129,14 @@ class DllmBenchLM(LM):
                              "directory) once, as pretrained= (lm-eval then names its output folder after it) "
                              "or model=")
         model = str(model if pretrained is None else pretrained)
+        # the rule's own parameters (e.g. delta=0.25 for frechet), at its defaults when not given
+        params = {k: unused.pop(k) for k in list(unused) if k in (rule_parameters(selector) or ())}
         if unused:
             raise ValueError(f"unknown model_args {sorted(unused)}; see dllm_bench/lm_eval_adapter.py for the list")
         if mc_num < 1 or mc_batch_size < 1 or mc_num % mc_batch_size:
             raise ValueError(f"mc_num={mc_num}, mc_batch_size={mc_batch_size}: need mc_num a positive multiple of it")
         if max_length not in (None, "None") and int(max_length) < 2:
             raise ValueError(f"max_length={max_length}: a rolling window needs at least 2 tokens (context + target)")
-        params = {"threshold": {"tau": float(tau)}, "factor": {"f": float(f)}, "frechet": {"delta": float(delta)},
-                  "topk": {}}.get(selector, {})
         self.gen_length = None if gen_length in (None, "None", 0) else int(gen_length)
         self.block_length = int(block_length)
         self.spec = _build_decoding(
