@@ -79,6 +79,8 @@ SWITCHES = [
     (["rule=frechet"], "rule.delta", 0.1, 1),
     (["rule=eb_sampler"], "rule.gamma", 0.1, 1),
     (["rule=entropy_threshold"], "rule.threshold", 0.45, 1),
+    (["rule=hierarchy"], "rule.low_threshold", 0.3, 1),
+    (["rule=hierarchy"], "rule.threshold", 0.8, 1),
     (["rule=topk", "policy.steps=24"], "rule.remasking", "random", 1),
     (["rule=topk", "policy.steps=24"], "policy.steps", 12, 0),
     *[(["policy=slowfast_code"], f"policy.{k}", v, 0) for k, v in [
