@@ -81,6 +81,9 @@ SWITCHES = [
     (["rule=entropy_threshold"], "rule.threshold", 0.45, 1),
     (["rule=hierarchy"], "rule.low_threshold", 0.3, 1),
     (["rule=hierarchy"], "rule.threshold", 0.8, 1),
+    (["rule=local_leap"], "rule.tau", 0.95, 1),
+    (["rule=local_leap"], "rule.relaxed_tau", 0.8, 1),
+    (["rule=local_leap"], "rule.radius", 2, 1),
     (["rule=topk", "policy.steps=24"], "rule.remasking", "random", 1),
     (["rule=topk", "policy.steps=24"], "policy.steps", 12, 0),
     *[(["policy=slowfast_code"], f"policy.{k}", v, 0) for k, v in [
