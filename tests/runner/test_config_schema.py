@@ -84,6 +84,10 @@ SWITCHES = [
     (["rule=local_leap"], "rule.tau", 0.95, 1),
     (["rule=local_leap"], "rule.relaxed_tau", 0.8, 1),
     (["rule=local_leap"], "rule.radius", 2, 1),
+    (["rule=credit"], "rule.threshold", 0.8, 1),
+    (["rule=credit"], "rule.alpha", 1.0, 1),
+    (["rule=credit"], "rule.gamma", 0.5, 1),
+    (["rule=credit"], "rule.beta", 0.5, 1),
     (["rule=topk", "policy.steps=24"], "rule.remasking", "random", 1),
     (["rule=topk", "policy.steps=24"], "policy.steps", 12, 0),
     *[(["policy=slowfast_code"], f"policy.{k}", v, 0) for k, v in [
