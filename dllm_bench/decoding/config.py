@@ -7,8 +7,7 @@ The runner builds these from Hydra config: ``build_selector(name, **params)``, `
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-
-import torch
+from typing import Any
 
 from dllm_bench.decoding.policies import (
     SLOWFAST_PRESETS,
@@ -16,91 +15,21 @@ from dllm_bench.decoding.policies import (
     DreamPolicy,
     DreamThresholdPolicy,
     SlowFastPolicy,
-    StepContext,
 )
-from dllm_bench.decoding.selectors import (
-    factor_commit_mask,
-    frechet_commit_mask,
-    oracle_commit_mask,
-    threshold_commit_mask,
-    topk_commit_mask,
-)
+from dllm_bench.decoding.rules import RULES, build_rule, rule_parameters
+from dllm_bench.decoding.rules.factor import FactorSelector
+from dllm_bench.decoding.rules.frechet import FrechetSelector
+from dllm_bench.decoding.rules.oracle import OracleSelector
+from dllm_bench.decoding.rules.threshold import ThresholdSelector
+from dllm_bench.decoding.rules.topk import REMASKING, TopKSelector
 
-# ---------------------------------------------------------------- selectors
+# ---------------------------------------------------------------- rules (one file each in decoding/rules/)
 
-
-@dataclass(frozen=True)
-class TopKSelector:
-    """Fixed-step baseline: the schedule's k most confident candidates (LLaDA ``low_confidence``);
-    ``remasking='random'`` ranks by U(0,1) draws instead (LLaDA ``random``), ``'entropy'`` by negative entropy
-    (the ranking of Fast-dLLM's blocked Dream cache loop with ``alg=entropy``)."""
-
-    remasking: str = "low_confidence"
-    name: str = field(default="topk", init=False)
-    adaptive = False
-
-    def commit(self, ctx: StepContext, k: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        if k is None:
-            raise ValueError("the topk selector needs a fixed-step schedule (policy 'blocks' with steps)")
-        return topk_commit_mask(ctx.confidence, ctx.candidates, k), ctx.prediction
-
-
-@dataclass(frozen=True)
-class ThresholdSelector:
-    """Fast-dLLM threshold: every candidate with confidence >= tau (at least one)."""
-
-    tau: float = 0.9
-    name: str = field(default="threshold", init=False)
-    adaptive = True
-
-    def commit(self, ctx: StepContext, k: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        return threshold_commit_mask(ctx.confidence, ctx.candidates, self.tau), ctx.prediction
-
-
-@dataclass(frozen=True)
-class FactorSelector:
-    """Fast-dLLM factor: largest n with (n+1)(1 - c(n)) < f; ``compat`` = the published loop."""
-
-    f: float = 1.0
-    compat: bool = False
-    name: str = field(default="factor", init=False)
-    adaptive = True
-
-    def commit(self, ctx: StepContext, k: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        return factor_commit_mask(ctx.confidence, ctx.candidates, self.f, self.compat), ctx.prediction
-
-
-@dataclass(frozen=True)
-class FrechetSelector:
-    """Fast-dLLM++ Fréchet profile rule: largest prefix with L_n - U_n > delta."""
-
-    delta: float = 0.25
-    name: str = field(default="frechet", init=False)
-    adaptive = True
-
-    def commit(self, ctx: StepContext, k: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        return frechet_commit_mask(ctx.confidence, ctx.candidates, self.delta), ctx.prediction
-
-
-@dataclass(frozen=True)
-class OracleSelector:
-    """Commit every candidate whose argmax equals the reference decode (needs ``reference=`` in generate)."""
-
-    name: str = field(default="oracle", init=False)
-    adaptive = True
-
-    def commit(self, ctx: StepContext, k: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        if ctx.reference is None:
-            raise ValueError("the oracle selector needs reference tokens: generate(..., reference=[B, gen_length])")
-        mask, _ = oracle_commit_mask(ctx.confidence, ctx.candidates, ctx.prediction, ctx.reference)
-        return mask, ctx.reference
-
-
-Selector = TopKSelector | ThresholdSelector | FactorSelector | FrechetSelector | OracleSelector
-# topk remasking -> the confidence measure it ranks by
-REMASKING = {"low_confidence": "top1_prob", "random": "random", "entropy": "neg_entropy"}
-SELECTORS = {"topk": TopKSelector, "threshold": ThresholdSelector, "factor": FactorSelector,
-             "frechet": FrechetSelector, "oracle": OracleSelector}
+Selector = Any  # any registered rule (decoding.rules.Rule)
+SELECTORS = RULES  # the rule registry, filled where each rule is defined
+build_selector = build_rule
+__all__ = ["REMASKING", "SELECTORS", "FactorSelector", "FrechetSelector", "OracleSelector", "ThresholdSelector",
+           "TopKSelector", "build_selector"]
 
 
 def init_fields(cls) -> tuple[str, ...]:
@@ -113,24 +42,6 @@ def _check_params(kind: str, name: str, cls, params: dict) -> None:
     unknown = set(params) - allowed
     if unknown:
         raise ValueError(f"{kind} {name!r} takes parameters {sorted(allowed)}, got unknown {sorted(unknown)}")
-
-
-def build_selector(name: str, **params) -> Selector:
-    """Selector from a name and its parameters (topk; threshold tau; factor f, compat; frechet delta; oracle)."""
-    if name not in SELECTORS:
-        raise ValueError(f"selector {name!r} is not one of {sorted(SELECTORS)}")
-    cls = SELECTORS[name]
-    _check_params("selector", name, cls, params)
-    sel = cls(**params)
-    if name == "topk" and sel.remasking not in REMASKING:
-        raise ValueError(f"topk remasking {sel.remasking!r} is not one of {', '.join(REMASKING)}")
-    if name == "threshold" and not 0 < sel.tau <= 1:
-        raise ValueError(f"threshold tau must be in (0, 1], got {sel.tau}")
-    if name == "factor" and not sel.f > 0:
-        raise ValueError(f"factor f must be > 0, got {sel.f}")
-    if name == "frechet" and not 0 <= sel.delta < 1:
-        raise ValueError(f"frechet delta must be in [0, 1), got {sel.delta}")
-    return sel
 
 
 # ---------------------------------------------------------------- policies
@@ -269,7 +180,9 @@ def builder_parameters(kind: str, name: str) -> tuple[str, ...] | None:
 
     The runner's config groups use exactly these names as keys (docs/runner.md).
     """
-    registry = {"selector": SELECTORS, "policy": POLICY_CLASSES, "cache": CACHES}[kind]
+    if kind in ("selector", "rule"):
+        return rule_parameters(name)
+    registry = {"policy": POLICY_CLASSES, "cache": CACHES}[kind]
     cls = registry.get(name)
     return None if cls is None else init_fields(cls)
 
@@ -286,10 +199,7 @@ def check_combination(
     num_blocks = gen_length // block_length
     if isinstance(policy, BlockPolicy):
         if selector is None:
-            raise ValueError("policy 'blocks' has no commit rule of its own: choose a rule "
-                             "(topk, threshold, factor, frechet, oracle)")
-        if isinstance(selector, TopKSelector) and policy.steps is None:
-            raise ValueError("rule 'topk' needs a fixed-step schedule: policy 'blocks' with steps (an integer)")
+            raise ValueError(f"policy 'blocks' has no commit rule of its own: choose a rule ({', '.join(sorted(RULES))})")
         if selector.adaptive and policy.steps is not None:
             raise ValueError(
                 f"rule {selector.name!r} is adaptive (a block runs until full): policy 'blocks' needs steps=None, "
@@ -310,10 +220,14 @@ def check_combination(
         _check_dream_threshold(policy, selector, cache, gen_length, block_length, cfg_scale)
     elif isinstance(policy, SlowFastPolicy):
         if selector is not None and not selector.adaptive:
+            adaptive = ", ".join(n for n, cls in sorted(RULES.items()) if cls.adaptive)
             raise ValueError(
-                f"policy 'slowfast' takes an adaptive rule for its fast phase (threshold, factor, frechet, oracle) "
+                f"policy 'slowfast' takes an adaptive rule for its fast phase ({adaptive}) "
                 f"or none (its own tau_high rule), got {selector.name!r}"
             )
+        if selector is not None and selector.measure != "top1_prob":
+            raise ValueError(f"policy 'slowfast' explores by top-1 probability (tau_min, explore_tau), so its fast "
+                             f"phase's rule must rank by it too; rule {selector.name!r} ranks by {selector.measure!r}")
         if policy.variant == "dream" and block_length != gen_length:
             raise ValueError(f"slowfast variant 'dream' has no blocks: block_length {block_length} must equal gen_length")
         if policy.truncate_fast and not isinstance(cache, NoCache | DLLMCache):
@@ -322,6 +236,8 @@ def check_combination(
             )
     else:
         raise ValueError(f"unknown policy {policy!r}")
+    if selector is not None:
+        selector.check_combination(policy=policy, cache=cache, gen_length=gen_length, block_length=block_length)
     if isinstance(cache, PrefixCache | DualCache) and cache.compat_first_token:
         per_block = (policy.steps // num_blocks if isinstance(policy, BlockPolicy) and policy.steps is not None
                      else policy.steps if isinstance(policy, DreamPolicy) else None)

@@ -10,9 +10,9 @@ import torch
 
 from dllm_bench.decoding.accounting import SampleRecord, StepTrace, count_generated_tokens
 from dllm_bench.decoding.confidence import Workspace, candidate_predictions, resolve_precision
-from dllm_bench.decoding.config import Cache, DualCache, FrechetSelector, Policy, PrefixCache, Selector
+from dllm_bench.decoding.config import Cache, DualCache, Policy, PrefixCache, Selector
 from dllm_bench.decoding.forward import ForwardResult, ForwardRunner
-from dllm_bench.decoding.policies import StepContext
+from dllm_bench.decoding.rules import StepContext
 from dllm_bench.decoding.selectors import frechet_gap_sorted, sort_candidates
 from dllm_bench.decoding.spec import DecodeSpec
 
@@ -114,6 +114,9 @@ def generate(
     full_mask = torch.cat([attention_mask, torch.ones((B, G), dtype=attention_mask.dtype, device=device)], dim=1)
     runner = ForwardRunner(model, cache, P, full_mask, model_kwargs, cfg_scale, mask_id)
     state = policy.init_state(B, G, block_length, device)
+    rule_state = selector.init_state(B, G, block_length, device) if selector is not None else None
+    fuses = hasattr(selector, "fuse_logits")  # a rule that changes the logits before the choice (CreditDecoding)
+    frechet_trace = getattr(selector, "name", None) == "frechet"  # traces record the Fréchet gap's parts
     generators = _row_generators(seed, B, device) if (temperature > 0 or measure == "random") else None
     workspace = Workspace()
     stop_ids = torch.tensor(stops, dtype=x.dtype, device=device) if stops else None
@@ -147,13 +150,17 @@ def generate(
             conf = torch.full((B, G), float("-inf"), dtype=dtype, device=device)
             pred = torch.full((B, G), mask_id, dtype=x.dtype, device=device)
             refreshed = torch.zeros(B, dtype=torch.bool, device=device)
+            fuse = None
+            if fuses:  # the rule's logits at the candidates: rows target // G, answer positions target % G
+                def fuse(logits, target, lo=block_lo):
+                    return selector.fuse_logits(rule_state, logits, target // G, target % G, lo)
             for res in results:
                 _fill_predictions(res, cand, conf, pred, P, G, measure, dtype, temperature, forbidden, unchosen,
-                                  generators, workspace)
+                                  generators, workspace, fuse)
                 positions[res.rows.cpu()] += res.positions
                 refreshed[res.rows] = res.refresh
             nfe[rows.cpu()] += 1
-            ctx = StepContext(conf, cand, pred, masked, reference)
+            ctx = StepContext(conf, cand, pred, masked, reference, state=rule_state, block=(block_lo, block_hi))
             commit, tokens = policy.decide(state, ctx, selector)
             if force_first:
                 first = torch.zeros_like(cand)
@@ -165,7 +172,7 @@ def generate(
             commit &= cand
             answer[commit] = tokens[commit]
             if trace:
-                for b, entry in enumerate(_trace_step(step, conf, cand, commit, isinstance(selector, FrechetSelector))):
+                for b, entry in enumerate(_trace_step(step, conf, cand, commit, frechet_trace)):
                     if entry is not None:
                         traces[b].append(entry)
             now_masked = answer == mask_id
@@ -209,8 +216,9 @@ def _check_no_mask(tokens: torch.Tensor, mask_id: int, policy: Policy, selector:
 
 
 def _fill_predictions(res: ForwardResult, cand, conf, pred, P: int, G: int, measure: str, dtype,
-                      temperature: float, forbidden, unchosen, generators, workspace: Workspace) -> None:
-    """Confidence and x0 at the candidates of ``res.rows`` from that forward's logits (in place)."""
+                      temperature: float, forbidden, unchosen, generators, workspace: Workspace, fuse=None) -> None:
+    """Confidence and x0 at the candidates of ``res.rows`` from that forward's logits (in place); ``fuse`` maps
+    the candidates' logits and flat [B, G] indices to the logits the choice is made from (a rule's fusion)."""
     rows = res.rows
     sub_cand = cand.index_select(0, rows)
     if res.at is not None:  # the logits are the candidates' own rows, in batch order
@@ -232,6 +240,8 @@ def _fill_predictions(res: ForwardResult, cand, conf, pred, P: int, G: int, meas
     if sum(counts) == 0:
         return
     gens = [generators[int(r)] for r in rows] if generators is not None else None
+    if fuse is not None:
+        flat = fuse(flat, target)
     x0, c = candidate_predictions(flat, counts, measure=measure, dtype=dtype, temperature=temperature,
                                   forbidden_token_ids=forbidden, unchosen_token_ids=unchosen, generators=gens,
                                   workspace=workspace)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from dllm_bench.decoding.rules.base import StepContext, rule_tokens
 from dllm_bench.decoding.schedules import (
     dream_transfer_count,
     dream_transfer_probability,
@@ -24,17 +25,6 @@ def _span_mask(lo: torch.Tensor, hi: torch.Tensor, length: int) -> torch.Tensor:
     """[B, length] bool: lo[b] <= j < hi[b]."""
     j = torch.arange(length, device=lo.device).unsqueeze(0)
     return (j >= lo.unsqueeze(1)) & (j < hi.unsqueeze(1))
-
-
-@dataclass
-class StepContext:
-    """What a policy sees when deciding: confidences (-inf off candidates), candidates, predictions."""
-
-    confidence: torch.Tensor  # [B, G] float, -inf off candidates
-    candidates: torch.Tensor  # [B, G] bool
-    prediction: torch.Tensor  # [B, G] long, x0 (mask id off candidates)
-    masked: torch.Tensor  # [B, G] bool, before this step's commit
-    reference: torch.Tensor | None  # [B, G] long, oracle reference
 
 
 # ---------------------------------------------------------------- LLaDA blocks
@@ -83,7 +73,8 @@ class BlockPolicy:
             # a block's last step commits whatever is left (e.g. after a refresh forced a single commit), as
             # Dream's published cache loop does; with LLaDA's counts this is exactly the scheduled k
             k = torch.where(last, ctx.candidates.sum(dim=1), k)
-        return selector.commit(ctx, k=k)
+        ctx.quota = k
+        return selector.commit(ctx), rule_tokens(selector, ctx)
 
     def advance(self, state: BlockState, masked: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
         state.step_in_block += active.long()
@@ -340,8 +331,8 @@ class SlowFastPolicy:
         commit, tokens = torch.where(parallel.unsqueeze(1), qualifying, top1), ctx.prediction
         if selector is not None and bool(state.fast.any()):  # a rule replaces the tau_high fast-phase commit
             fast = state.fast.unsqueeze(1)
-            rule_commit, rule_tokens = selector.commit(ctx)
-            commit, tokens = torch.where(fast, rule_commit, commit), torch.where(fast, rule_tokens, tokens)
+            rule_commit, written = selector.commit(ctx), rule_tokens(selector, ctx)
+            commit, tokens = torch.where(fast, rule_commit, commit), torch.where(fast, written, tokens)
         return commit, tokens
 
     def _fallback_end(self, state: SlowFastState) -> torch.Tensor:

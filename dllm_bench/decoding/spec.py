@@ -15,8 +15,6 @@ import torch
 from dllm_bench.decoding.confidence import check_measure, resolve_precision
 from dllm_bench.decoding.config import (
     CACHES,
-    REMASKING,
-    SELECTORS,
     Cache,
     NoCache,
     Policy,
@@ -24,6 +22,7 @@ from dllm_bench.decoding.config import (
     check_combination,
 )
 from dllm_bench.decoding.policies import DreamPolicy
+from dllm_bench.decoding.rules import RULES
 
 
 def _int_tuple(name: str, values: Sequence[int]) -> tuple[int, ...]:
@@ -55,7 +54,7 @@ class Decoding:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ValueError(f"{name} must be an integer, got {value!r}")
-        if self.selector is not None and not isinstance(self.selector, tuple(SELECTORS.values())):
+        if self.selector is not None and not isinstance(self.selector, tuple(RULES.values())):
             raise ValueError(f"selector must be a selector object (build_selector(name)) or None, got {self.selector!r}")
         if not isinstance(self.cache, tuple(CACHES.values())):
             raise ValueError(f"cache must be a cache object (build_cache(name); build_cache('none') for none), "
@@ -138,6 +137,10 @@ class DecodeSpec:
         if given is not None and hasattr(d.policy, "measure") and given != d.policy.measure:
             what = f"dream alg {d.policy.alg!r}" if isinstance(d.policy, DreamPolicy) else f"policy {d.policy.name!r}"
             raise ValueError(f"{what} uses confidence {d.policy.measure!r}, got {given!r}")
+        rule = d.selector
+        if given is not None and rule is not None and not rule.measure_overridable and given != rule.measure:
+            raise ValueError(f"rule {rule.name!r} ranks by {rule.measure!r} (its parameters are in that measure's "
+                             f"units), got confidence {given!r}")
 
     @property
     def measure(self) -> str:
@@ -146,7 +149,7 @@ class DecodeSpec:
             return self.sampling.confidence
         if hasattr(self.decoding.policy, "measure"):
             return self.decoding.policy.measure
-        return REMASKING.get(getattr(self.decoding.selector, "remasking", None), "top1_prob")
+        return "top1_prob" if self.decoding.selector is None else self.decoding.selector.measure
 
     def for_batch(self, seed: int | Sequence[int], stop_strings: Sequence[str] | None = None) -> DecodeSpec:
         """This spec with one batch's row seeds (and stop strings): what a run changes from batch to batch."""

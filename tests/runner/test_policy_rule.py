@@ -13,22 +13,27 @@ from dllm_bench.runner.execute import execute
 from dllm_bench.runner.validate import ConfigError, validate_config
 
 POLICIES = ("blocks", "dream", "dream_threshold", "slowfast_code", "slowfast_paper", "slowfast_dream")
-RULES = ("topk", "threshold", "factor", "frechet", "oracle", "none")
+RULES = ("topk", "threshold", "factor", "frechet", "oracle", "eb_sampler", "entropy_threshold", "hierarchy",
+         "local_leap", "credit", "none")
+ADAPTIVE = tuple(r for r in RULES if r not in ("topk", "none"))
+SLOWFAST = ("slowfast_code", "slowfast_paper", "slowfast_dream")
 DREAM_MODEL = ("dream", "dream_threshold", "slowfast_dream")  # whole-canvas policies, run on the tiny Dream
 RUNS = "runs"
 # The documented outcome of each pair (docs/decoding.md, "Policy x rule"): RUNS, or the refusal's reason.
 EXPECTED = {
-    **{("blocks", r): RUNS for r in ("topk", "threshold", "factor", "frechet", "oracle")},
+    **{("blocks", r): RUNS for r in ("topk", *ADAPTIVE)},
     ("blocks", "none"): "policy 'blocks' has no commit rule of its own",
     **{("dream", r): "policy 'dream' commits its timestep schedule's count ranked by its alg, so rule must be none"
        for r in RULES if r != "none"},
     ("dream", "none"): RUNS,
     **{("dream_threshold", r): "dream_threshold" for r in RULES if r != "none"},
     ("dream_threshold", "none"): RUNS,
-    **{(p, r): RUNS for p in ("slowfast_code", "slowfast_paper", "slowfast_dream")
-       for r in ("threshold", "factor", "frechet", "oracle", "none")},
-    **{(p, "topk"): "policy 'slowfast' takes an adaptive rule for its fast phase"
-       for p in ("slowfast_code", "slowfast_paper", "slowfast_dream")},
+    **{(p, r): RUNS for p in SLOWFAST for r in ("threshold", "factor", "frechet", "oracle", "hierarchy", "local_leap",
+                                                 "none")},
+    **{(p, "topk"): "policy 'slowfast' takes an adaptive rule for its fast phase" for p in SLOWFAST},
+    **{(p, r): "policy 'slowfast' explores by top-1 probability" for p in SLOWFAST
+       for r in ("eb_sampler", "entropy_threshold")},
+    **{(p, "credit"): "rule 'credit' keeps its credit per block of policy 'blocks'" for p in SLOWFAST},
 }
 
 

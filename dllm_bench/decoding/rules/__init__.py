@@ -1,0 +1,29 @@
+"""Decoding rules, one file each; importing this package registers every module in it (``base.RULES``).
+
+Adding a rule: a file here with a ``@register``-ed frozen dataclass, and ``conf/rule/<name>.yaml`` holding its
+parameters at their defaults (tests/decoding/test_rules.py checks they agree).
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+from dllm_bench.decoding.rules.base import (
+    RULES,
+    Rule,
+    RuleBase,
+    StepContext,
+    build_rule,
+    register,
+    rule_defaults,
+    rule_parameters,
+    rule_tokens,
+)
+
+for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
+    if _module != "base":
+        importlib.import_module(f"{__name__}.{_module}")
+
+__all__ = ["RULES", "Rule", "RuleBase", "StepContext", "build_rule", "register", "rule_defaults", "rule_parameters",
+           "rule_tokens"]

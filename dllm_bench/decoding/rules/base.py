@@ -1,0 +1,165 @@
+"""What a decoding rule is: the ``Rule`` protocol, the step it sees (``StepContext``) and the registry.
+
+A rule is one file in this package: a frozen dataclass whose fields are its parameters (their defaults are the
+published defaults, the one place they live), registered with ``@register``. It declares what it ranks
+candidates by (``measure``, a name of ``confidence.MEASURES``), whether it is adaptive (commits a data-dependent
+count, a block runs until full) or follows a policy's fixed count, and the state it keeps across steps
+(``init_state``; None = none). ``commit(ctx)`` returns the commit mask; a rule that writes other tokens than the
+predictions also defines ``tokens(ctx)``. Parameters are strict: an unknown key or a value of the wrong type is
+refused in one line naming key, value and what is allowed; ``check()`` refuses values out of range.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from dataclasses import MISSING, dataclass, fields
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+import torch
+
+
+@dataclass
+class StepContext:
+    """What a policy and its rule see when deciding: confidences (-inf off candidates), candidates, predictions.
+
+    ``quota`` is the policy's commit count per row for fixed-count rules (None for adaptive policies);
+    ``state`` is the rule's own cross-step state (``Rule.init_state``), None for stateless rules.
+    """
+
+    confidence: torch.Tensor  # [B, G] float, -inf off candidates
+    candidates: torch.Tensor  # [B, G] bool
+    prediction: torch.Tensor  # [B, G] long, x0 (mask id off candidates)
+    masked: torch.Tensor  # [B, G] bool, before this step's commit
+    reference: torch.Tensor | None  # [B, G] long, oracle reference
+    quota: torch.Tensor | None = None  # [B] long, the policy's count (fixed-step schedules)
+    state: Any = None  # the rule's state
+    block: tuple[torch.Tensor, torch.Tensor] | None = None  # ([B], [B]) answer span of the current block
+
+
+@runtime_checkable
+class Rule(Protocol):
+    """A commit rule: which candidates a step commits."""
+
+    name: ClassVar[str]
+    adaptive: ClassVar[bool]  # True: data-dependent count (policy blocks with steps=None); False: the policy's quota
+
+    @property
+    def measure(self) -> str:
+        """The confidence measure the rule ranks by (``confidence.MEASURES``)."""
+
+    def check(self) -> None:
+        """Raise ValueError (one line naming the value and the allowed range) for a parameter out of range."""
+
+    def init_state(self, batch: int, gen_length: int, block_length: int, device: torch.device) -> Any:
+        """State kept across steps (None = stateless)."""
+
+    def commit(self, ctx: StepContext) -> torch.Tensor:
+        """Commit mask [B, G] bool, a subset of ``ctx.candidates``."""
+
+
+class RuleBase:
+    """Defaults of the optional parts of the protocol; rules subclass it as frozen dataclasses."""
+
+    name: ClassVar[str] = ""
+    adaptive: ClassVar[bool] = True
+    # True: a measure given in Sampling(confidence=...) replaces ``measure`` (rules comparing a probability-like
+    # score); False: the rule's thresholds are in its own measure's units (an entropy), so any other is refused
+    measure_overridable: ClassVar[bool] = True
+
+    @property
+    def measure(self) -> str:
+        return "top1_prob"
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        return None
+
+    def init_state(self, batch: int, gen_length: int, block_length: int, device: torch.device) -> Any:
+        return None
+
+    def tokens(self, ctx: StepContext) -> torch.Tensor:
+        """Tokens written at committed positions (the predictions)."""
+        return ctx.prediction
+
+    def check_combination(self, *, policy: Any, cache: Any, gen_length: int, block_length: int) -> None:
+        """Raise ValueError where the published code never ran this rule with that policy or cache."""
+        return None
+
+
+RULES: dict[str, type] = {}
+
+
+def register(cls: type) -> type:
+    """Class decorator: add a rule dataclass to ``RULES`` under its ``name``."""
+    if not cls.name:
+        raise TypeError(f"rule class {cls.__name__} has no name")
+    if cls.name in RULES and RULES[cls.name] is not cls:
+        raise TypeError(f"rule name {cls.name!r} is registered twice ({RULES[cls.name].__name__}, {cls.__name__})")
+    RULES[cls.name] = cls
+    return cls
+
+
+def rule_parameters(name: str) -> tuple[str, ...] | None:
+    """Parameter names of rule ``name`` in declaration order (None for an unknown name)."""
+    cls = RULES.get(name)
+    return None if cls is None else tuple(f.name for f in fields(cls) if f.init)
+
+
+def rule_defaults(name: str) -> dict[str, Any]:
+    """The rule's published defaults: its dataclass defaults (the single source, conf/rule/<name>.yaml agrees)."""
+    out = {}
+    for f in fields(RULES[name]):
+        if f.init:
+            out[f.name] = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+    return out
+
+
+def _type_ok(value: Any, annotation: Any) -> bool:
+    if annotation is Any:
+        return True
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return any(_type_ok(value, a) for a in typing.get_args(annotation))
+    if annotation is type(None):
+        return value is None
+    if annotation is bool:
+        return isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if annotation is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if annotation is str:
+        return isinstance(value, str)
+    return isinstance(value, annotation)
+
+
+def _type_name(annotation: Any) -> str:
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(annotation))
+    return "None" if annotation is type(None) else getattr(annotation, "__name__", str(annotation))
+
+
+def build_rule(name: str, **params: Any):
+    """Rule ``name`` with ``params`` (the rest at their defaults); ValueError names a bad key, value or range."""
+    if name not in RULES:
+        raise ValueError(f"rule {name!r} is not one of {sorted(RULES)}")
+    cls = RULES[name]
+    allowed = rule_parameters(name) or ()
+    hints = typing.get_type_hints(cls)
+    for key, value in params.items():
+        if key not in allowed:
+            raise ValueError(f"rule {name!r}: unknown parameter {key}={value!r}; allowed: {', '.join(allowed) or 'none'}")
+        if not _type_ok(value, hints[key]):
+            raise ValueError(f"rule {name!r}: parameter {key}={value!r} must be {_type_name(hints[key])}")
+    float_keys = {k for k in params if hints[k] is float}
+    return cls(**{k: float(v) if k in float_keys else v for k, v in params.items()})
+
+
+def rule_tokens(rule, ctx: StepContext) -> torch.Tensor:
+    """Tokens a rule writes at its committed positions."""
+    tokens = getattr(rule, "tokens", None)
+    return ctx.prediction if tokens is None else tokens(ctx)

@@ -1,0 +1,27 @@
+"""Fast-dLLM's threshold rule: every candidate with confidence >= tau, at least the most confident one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from dllm_bench.decoding.rules.base import RuleBase, StepContext, register
+from dllm_bench.decoding.selectors import threshold_commit_mask
+
+
+@register
+@dataclass(frozen=True)
+class ThresholdSelector(RuleBase):
+    """Fast-dLLM threshold: every candidate with confidence >= tau (at least one)."""
+
+    tau: float = 0.9
+    name: ClassVar[str] = "threshold"
+
+    def check(self) -> None:
+        if not 0 < self.tau <= 1:
+            raise ValueError(f"threshold tau must be in (0, 1], got {self.tau}")
+
+    def commit(self, ctx: StepContext) -> torch.Tensor:
+        return threshold_commit_mask(ctx.confidence, ctx.candidates, self.tau)
