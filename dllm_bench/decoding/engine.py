@@ -119,7 +119,7 @@ def generate(
     state = policy.init_state(B, G, block_length, device)
     generators = _row_generators(seed, B, device) if (temperature > 0 or measure == "random") else None
     workspace = Workspace()
-    stop_ids = torch.tensor(stops, dtype=x.dtype, device=device) if stops else None
+    stop_ids = torch.tensor(stops, dtype=x.dtype, device=device) if stops and early_stop else None
     # the mask token is never a prediction: committing it would leave the position masked forever
     forbidden = tuple(dict.fromkeys([*forbidden_token_ids, *(() if confidence_mask_in_softmax else (mask_id,))]))
     unchosen = (mask_id,) if confidence_mask_in_softmax else ()

@@ -100,3 +100,37 @@ def decode_memory(cfg: ModelConfig, config: dict[str, Any], batch: int, prompt: 
     confidence = copies * scratch_rows * V * precision
     return MemoryEstimate(batch, window, parameters(cfg) * 2 / GiB, cache_bytes / GiB, activations / GiB,
                           logits / GiB, confidence / GiB)
+
+
+def cell_memory(spec, batch: int, prompt: int, chunk_bytes: int | None = CHUNK_BYTES) -> list[tuple[Any, MemoryEstimate]]:
+    """(cell, estimate) for every runnable cell of a table at ``batch`` rows and ``prompt`` prompt ids."""
+    from dllm_bench.report.runs import compose_configs
+    from dllm_bench.report.tables import table_cells
+
+    cells = [c for c in table_cells(spec) if c.unavailable is None]
+    configs = compose_configs([(spec.preset, c.overrides) for c in cells])
+    shapes = {name: shape_config(name) for name in SHAPE_CONFIGS}
+    return [(c, decode_memory(shapes["dream-7b" if conf["model"].get("flavour") == "dream" else "llada-8b"], conf,
+                              batch, prompt, chunk_bytes)) for c, conf in zip(cells, configs)]
+
+
+def memory_report(specs, batch: int, prompt: int = 1024, capacity: float = GPU_GIB) -> str:
+    """Lines for ``--estimate``: each GPU table's largest cell at ``batch`` rows, and a warning for every cell
+    that will not fit in ``capacity`` GiB."""
+    lines = [f"Memory at batch {batch}, prompt {prompt}, bf16 (an upper bound from the shapes, "
+             f"dllm_bench/report/memory.py; {capacity:.0f} GiB per GPU):"]
+    for spec in specs:
+        if not spec.needs_gpu:
+            continue
+        estimates = cell_memory(spec, batch, prompt)
+        if not estimates:
+            continue
+        cell, worst = max(estimates, key=lambda ce: ce[1].total)
+        lines.append(f"- {spec.name}: largest {worst.total:.1f} GiB ({cell.row[0]} / {cell.col[0]}: weights "
+                     f"{worst.weights:.1f}, cache {worst.cache:.1f}, activations {worst.activations:.1f}, logits "
+                     f"{worst.logits:.1f}, confidence {worst.confidence:.1f}; window {worst.window})")
+        for c, e in estimates:
+            if not e.fits(capacity):
+                lines.append(f"  WARNING: {spec.name} {c.row[0]} / {c.col[0]} needs {e.total:.1f} GiB at batch "
+                             f"{batch}: it will not fit in {capacity:.0f} GiB; use a smaller batch_size")
+    return "\n".join(lines)
