@@ -400,7 +400,8 @@ class DiffusionLM(nn.Module):
         if attention_mask is not None:
             return attention_mask.shape[1]
         if cache is not None and getattr(cache, "length", 0):
-            return cache.length
+            # a dLLM-Cache forward covers the canvas from 0, and may be shorter than the stored one (SlowFast's cut)
+            return start + t if getattr(cache, "shorter_canvas", False) else cache.length
         return start + t
 
     def num_parameters(self) -> int:

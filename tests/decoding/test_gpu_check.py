@@ -64,3 +64,31 @@ def test_bad_arguments_exit_2_before_any_work(load_script, capsys):
     with pytest.raises(SystemExit) as err:
         gpu_check.main(["--device", "cpu", "--gen", "20", "--block", "8"])
     assert err.value.code == 2 and "--gen 20" in capsys.readouterr().err
+
+
+BLOCKER = """
+import sys, importlib.abc
+BLOCKED = {"transformers", "tokenizers", "safetensors", "hydra", "omegaconf", "yaml", "huggingface_hub"}
+class Blocker(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ImportError("not on the GPU machine: " + name)
+sys.meta_path.insert(0, Blocker())
+import runpy, torch
+mod = runpy.run_path("scripts/gpu_check.py", run_name="gpu_check")
+model = mod["load_tiny"]("dream", torch.device("cpu"), torch.float32)
+print("ok", model.config.flavour)
+"""
+
+
+def test_gpu_check_needs_no_package_beyond_torch_numpy_pandas():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run([sys.executable, "-c", BLOCKER], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok dream", done.stderr[-2000:]
