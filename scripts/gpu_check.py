@@ -348,6 +348,8 @@ def tiny_tokens(device: torch.device, dtype: torch.dtype, prompts: dict[str, lis
 
 def tiny_agreement(device: torch.device, rows: int | None) -> dict:
     """Per dtype and setting: the share of answer tokens and of whole answers equal to the CPU's recorded ones."""
+    if not TINY_FIXTURE.is_file():
+        return {"missing": f"{TINY_FIXTURE.relative_to(ROOT)}: run --record-tiny-reference on the CPU first"}
     fixture = json.loads(TINY_FIXTURE.read_text())
     result = {}
     for name in ("float32", "bfloat16"):
