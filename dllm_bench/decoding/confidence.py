@@ -150,12 +150,11 @@ def _fast_top1(logits: torch.Tensor, dtype: torch.dtype, forbidden: list[int], k
         # cast, then subtract in place: a promoting torch.sub(float32, float64) takes an unvectorised loop
         weights.sub_(shift.to(dtype).unsqueeze(1))
     else:
+        # only rows outside the range are shifted (the others subtract 0: every bit as it is), so a row's bits do
+        # not depend on the other rows (chunks, batch); the CPU skips the pass when no row needs it
         extreme = (shift < _UNSHIFTED_MIN) | (shift > _UNSHIFTED_MAX)
-        if not host_reads_free(logits.device):
-            # no host read: rows inside the range subtract 0, which leaves every bit as it is
+        if not host_reads_free(logits.device) or bool(extreme.any()):
             weights.sub_(torch.where(extreme, shift.to(dtype), 0.0).unsqueeze(1))
-        elif bool(extreme.any()):
-            weights.sub_(shift.to(dtype).unsqueeze(1))
     weights.exp_()
     if forbidden:
         weights.index_fill_(1, _ids(workspace, forbidden, logits.device), 0.0)
