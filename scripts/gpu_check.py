@@ -1,20 +1,30 @@
-"""GPU check of the decoding engine at the real LLaDA-8B and Dream-7B shapes, random bf16 weights, nothing downloaded.
+"""GPU check of the decoding engine at the real LLaDA-8B and Dream-7B shapes (random weights, nothing downloaded),
+and of the shipped tiny checkpoints' tokens against the CPU's.
 
-Per shape: per-forward latency of none/prefix/dual at answer 256/512, batch 1/8; ``generate`` tokens/s at batch
-1, 8, 32 (threshold 0.9, dual cache); batched == alone token agreement in bf16 (left-padded prompts of different
-lengths; bf16 kernels may differ by batch size, so this is a rate, not a pass/fail); which SDPA backends accept
-the network's attention call and which one the default dispatch matches. Writes ``gpu_forward_<shape>.csv``,
-``gpu_generate_<shape>.csv`` and ``gpu_summary.json`` under ``--out``; stops starting new work after
-``--budget-s`` (default 420 s, to stay under 8 minutes on one GPU).
+Per shape (LLaDA first), each step skipped once ``--budget-s`` is spent and the summary rewritten after each shape:
+per-forward latency of none/prefix/dual/dllm with the decoder's attention mask (a padded batch's) and without it
+(what an unpadded batch sends), with the peak memory of each; the SDPA backend per attention shape (full canvas,
+a prefix step's answer queries, a dual step's T = block queries; with and without a mask): which backends accept
+the call (``sdpa_kernel`` with each alone) and which one the default dispatch runs (the profiler's op name);
+``generate`` tokens/s at batch 1/8/32 (threshold 0.9, dual cache) and one batch-32 decode at prompt 1024 / gen 256
+with its peak memory; batched == alone token agreement on left-padded prompts (a rate: bf16 kernels may differ by
+batch size). Then the tiny checkpoints (read without the safetensors package, decoded from token ids: no
+tokenizer) in float32 and bfloat16 against the tokens recorded on the CPU (tests/fixtures/gpu_check_tiny_tokens.json).
 
-Usage:  python scripts/gpu_check.py                                   (cuda, both real shapes)
-        python scripts/gpu_check.py --device cpu --tiny --out /tmp/g  (same code paths at a tiny shape, seconds)
+Writes gpu_forward_<shape>.csv, gpu_sdpa_<shape>.csv, gpu_generate_<shape>.csv (always with their header) and
+gpu_summary.json under --out. Imports only torch, numpy, pandas and this repo.
+
+Usage:  PYTHONPATH=. python3 scripts/gpu_check.py --out results/bench          (a GPU machine, under 8 minutes)
+        PYTHONPATH=. python3 scripts/gpu_check.py --device cpu --dtype bfloat16 --layers 1 --width 128 ...  (tests)
+        PYTHONPATH=. python scripts/gpu_check.py --record-tiny-reference     (CPU: rewrite the tiny tokens fixture)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import struct
+import sys
 import time
 from pathlib import Path
 
@@ -22,15 +32,39 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from dllm_bench.decoding import DecodeSpec, Decoding, build_cache, build_policy, build_selector, generate
-from dllm_bench.models import DiffusionLM, FeatureCache, KVCache
-from dllm_bench.models.random_weights import random_network
-
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from dllm_bench.decoding import (  # noqa: E402
+    DecodeSpec,
+    Decoding,
+    Sampling,
+    build_cache,
+    build_policy,
+    build_selector,
+    generate,
+)
+from dllm_bench.models import DiffusionLM, FeatureCache, KVCache  # noqa: E402
+from dllm_bench.models.config import ModelConfig  # noqa: E402
+from dllm_bench.models.random_weights import random_network  # noqa: E402
+
 CONFIGS = ROOT / "dllm_bench" / "models" / "reference_configs"
 SHAPES = {"llada-8b": CONFIGS / "llada-8b-instruct" / "config.json", "dream-7b": CONFIGS / "dream-v0-base-7b" / "config.json"}
-TINY = {"hidden_size": 64, "d_model": 64, "num_hidden_layers": 2, "n_layers": 2, "num_attention_heads": 4, "n_heads": 4,
-        "num_key_value_heads": 2, "n_kv_heads": 4, "intermediate_size": 128, "mlp_hidden_size": 128}
+CHECKPOINTS = ROOT / "dllm_bench" / "tiny" / "checkpoints"
+TINY_FIXTURE = ROOT / "tests" / "fixtures" / "gpu_check_tiny_tokens.json"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+FORWARD_COLUMNS = ["shape", "cache", "mask", "batch", "prompt", "answer", "block", "forward_ms", "peak_gib"]
+SDPA_COLUMNS = ["shape", "call", "mask", "batch", "queries", "keys", "default", "backend", "accepted", "ms"]
+GENERATE_COLUMNS = ["shape", "batch", "prompt", "answer", "block", "wall_s", "nfe", "tokens_per_s", "ms_per_step",
+                    "peak_gib"]
+BACKEND_OPS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION",
+               "math": "MATH"}
+# (name, flavour, policy, policy params, rule, rule params, cache, block) of the tiny checkpoints' decodes
+TINY_SETTINGS = [("llada/threshold0.9/dual", "llada", "blocks", {}, "threshold", {"tau": 0.9}, "dual", 8),
+                 ("llada/topk/none", "llada", "blocks", {"steps": 24}, "topk", {}, "none", 8),
+                 ("dream/maskgit_plus/none", "dream", "dream", {"steps": 24, "alg": "maskgit_plus"}, None, {}, "none", 24)]
+TINY_GEN = 24
 
 
 def sync(device: torch.device) -> None:
@@ -38,11 +72,36 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def build_model(shape: str, device: torch.device, dtype: torch.dtype, tiny: bool) -> DiffusionLM:
-    """The real config's architecture (or its tiny version, same vocabulary) with random weights on the device."""
-    raw = json.loads(SHAPES[shape].read_text())
-    if tiny:
-        raw.update({k: v for k, v in TINY.items() if k in raw})
+def reset_peak(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_gib(device: torch.device) -> float | None:
+    return round(torch.cuda.max_memory_allocated(device) / 2**30, 2) if device.type == "cuda" else None
+
+
+def resized(raw: dict, layers: int | None, width: int | None) -> dict:
+    """The config with fewer layers and/or a narrower width (heads of 64, the same GQA grouping where it divides,
+    the same MLP ratio); the vocabulary stays the real one."""
+    raw = dict(raw)
+    keys = ("d_model", "n_heads", "n_kv_heads", "mlp_hidden_size", "n_layers") if "d_model" in raw else (
+        "hidden_size", "num_attention_heads", "num_key_value_heads", "intermediate_size", "num_hidden_layers")
+    d, h, kv, mlp, n = keys
+    if layers is not None:
+        raw[n] = layers
+    if width is not None:
+        heads = max(1, width // 64)
+        group = raw[h] // (raw.get(kv) or raw[h])
+        raw[kv] = heads // group if group <= heads and heads % group == 0 else 1
+        raw[mlp] = max(8, width * raw[mlp] // raw[d] // 8 * 8)
+        raw[d], raw[h] = width, heads
+    return raw
+
+
+def build_model(shape: str, device: torch.device, dtype: torch.dtype, layers: int | None, width: int | None) -> DiffusionLM:
+    """The real config's architecture (optionally resized) with random weights on the device."""
+    raw = resized(json.loads(SHAPES[shape].read_text()), layers, width)
     return random_network(raw, f"random-{shape}", device, dtype)
 
 
@@ -57,25 +116,73 @@ def timed(call, device: torch.device, repeats: int) -> float:
     return (time.perf_counter() - t) / repeats
 
 
-def forward_latency(model: DiffusionLM, mode: str, batch: int, prompt: int, answer: int, block: int,
+def forward_latency(model: DiffusionLM, mode: str, masked: bool, batch: int, prompt: int, answer: int, block: int,
                     repeats: int) -> float:
-    """Seconds per forward of one cache mode's steady-state step (cache filled; LM head on one block)."""
+    """Seconds per forward of one cache mode's steady-state step (cache filled; LM head on one block), with an
+    all-True bool key mask (the decoder's for a padded batch) or none (an unpadded batch)."""
     device = model.device
     x = torch.randint(0, model.config.vocab_size - 1000, (batch, prompt + answer), device=device)
+    mask = torch.ones_like(x, dtype=torch.bool) if masked else None
     s, e = prompt, prompt + block
     with torch.no_grad():
         if mode == "none":
-            return timed(lambda: model(x, logits_range=(s, e)), device, repeats)
+            return timed(lambda: model(x, attention_mask=mask, logits_range=(s, e)), device, repeats)
         if mode in ("prefix", "dual"):
             kv = KVCache()
-            model(x, cache=kv, logits_range=(s, e))
+            model(x, attention_mask=mask, cache=kv, logits_range=(s, e))
             end = x.shape[1] if mode == "prefix" else e
-            return timed(lambda: model(x[:, s:end], cache=kv, start=s, logits_range=(s, e)), device, repeats)
+            return timed(lambda: model(x[:, s:end], attention_mask=mask, cache=kv, start=s, logits_range=(s, e)),
+                         device, repeats)
         fc = FeatureCache(prompt_length=prompt)
         fc.plan(True, True, 0.0)
-        model(x, cache=fc, logits_range=(s, e))
+        model(x, attention_mask=mask, cache=fc, logits_range=(s, e))
         fc.plan(False, False, 0.25)
-        return timed(lambda: model(x, cache=fc, logits_range=(s, e)), device, repeats)
+        return timed(lambda: model(x, attention_mask=mask, cache=fc, logits_range=(s, e)), device, repeats)
+
+
+def dispatched_backend(call) -> str:
+    """The SDPA implementation the default dispatch runs for ``call``, from the profiler's aten op names."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        call()
+    names = [e.name for e in prof.events() if "scaled_dot_product" in e.name]
+    for key in ("flash", "efficient", "cudnn", "math"):
+        if any(key in n for n in names):
+            return key
+    return "unknown: " + ", ".join(sorted(set(names)))
+
+
+def sdpa_dispatch(model: DiffusionLM, shape: str, batch: int, prompt: int, answer: int, block: int) -> list[dict]:
+    """Per attention call of a decode (full canvas; a prefix step's answer queries; a dual step's block queries)
+    and with/without the key mask: each backend alone (accepted, ms) and the default's choice."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    cfg, device, dtype = model.config, model.device, model.dtype
+    S = prompt + answer
+    gqa = cfg.n_kv_heads != cfg.n_heads
+    k = torch.randn(batch, cfg.n_kv_heads, S, cfg.head_dim, device=device, dtype=dtype)
+    v = torch.randn_like(k)
+    rows = []
+    for call_name, T in (("full", S), ("prefix_step", answer), ("dual_step", block)):
+        q = torch.randn(batch, cfg.n_heads, T, cfg.head_dim, device=device, dtype=dtype)
+        for masked in (False, True):
+            mask = torch.ones(batch, 1, 1, S, dtype=torch.bool, device=device) if masked else None
+
+            def call(q=q, mask=mask):
+                return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+
+            default = dispatched_backend(call)
+            for name, backend in BACKEND_OPS.items():
+                ms = None
+                try:
+                    with sdpa_kernel([getattr(SDPBackend, backend)]):
+                        ms = round(timed(call, device, 3) * 1e3, 3)
+                except RuntimeError:
+                    pass
+                rows.append(dict(shape=shape, call=call_name, mask=masked, batch=batch, queries=T, keys=S,
+                                 default=default, backend=name, accepted=ms is not None, ms=ms))
+    return rows
 
 
 def padded_prompts(model: DiffusionLM, lengths: list[int], seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -97,18 +204,22 @@ def decode(model: DiffusionLM, ids: torch.Tensor, mask: torch.Tensor, gen: int, 
 
 
 def generate_speed(model: DiffusionLM, batch: int, prompt: int, gen: int, block: int) -> dict:
-    """Tokens/s of ``generate`` (threshold 0.9, dual cache) at one batch size, after a warm-up decode."""
+    """Tokens/s and peak memory of ``generate`` (threshold 0.9, dual cache, no padding) at one batch size, after a
+    short warm-up decode."""
+    device = model.device
     ids, mask = padded_prompts(model, [prompt] * batch, seed=batch)
     with torch.no_grad():
-        decode(model, ids[:, : prompt // 2], mask[:, : prompt // 2], block, block)
-        sync(model.device)
+        decode(model, ids[:, : max(prompt // 2, 1)], mask[:, : max(prompt // 2, 1)], block, block)
+        sync(device)
+        reset_peak(device)
         t = time.perf_counter()
         out = decode(model, ids, mask, gen, block)
-        sync(model.device)
+        sync(device)
     wall = time.perf_counter() - t
     nfe = max(r.nfe for r in out.records)
     return dict(batch=batch, prompt=prompt, answer=gen, block=block, wall_s=round(wall, 3), nfe=nfe,
-                tokens_per_s=round(batch * gen / wall, 1), ms_per_step=round(wall / nfe * 1e3, 2))
+                tokens_per_s=round(batch * gen / wall, 1), ms_per_step=round(wall / nfe * 1e3, 2),
+                peak_gib=peak_gib(device))
 
 
 def batch_agreement(model: DiffusionLM, lengths: list[int], gen: int, block: int) -> float:
@@ -123,116 +234,229 @@ def batch_agreement(model: DiffusionLM, lengths: list[int], gen: int, block: int
     return same / (len(lengths) * gen)
 
 
-def sdpa_backends(model: DiffusionLM, batch: int, length: int) -> dict:
-    """SDPA backends that accept the network's attention call (bool key mask, its head shapes), with their time,
-    and the one whose output the default dispatch reproduces exactly."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    cfg, device, dtype = model.config, model.device, model.dtype
-    q = torch.randn(batch, cfg.n_heads, length, cfg.head_dim, device=device, dtype=dtype)
-    k = torch.randn(batch, cfg.n_kv_heads, length, cfg.head_dim, device=device, dtype=dtype)
-    v = torch.randn_like(k)
-    mask = torch.ones(batch, 1, 1, length, dtype=torch.bool, device=device)
-    gqa = cfg.n_kv_heads != cfg.n_heads
-
-    def call():
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
-
-    default = call()
-    accepted, matches = {}, []
-    for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION,
-                    SDPBackend.MATH):
-        try:
-            with sdpa_kernel([backend]):
-                out = call()
-                accepted[backend.name] = round(timed(call, device, 5) * 1e3, 3)
-        except RuntimeError:
-            continue
-        if torch.equal(out, default):
-            matches.append(backend.name)
-    return {"accepted_ms": accepted, "default_matches": matches,
-            "default_ms": round(timed(call, device, 5) * 1e3, 3)}
+def write_csv(rows: list[dict], columns: list[str], path: Path) -> None:
+    """Rows under a fixed header (a header-only file when every row was skipped, never an empty one)."""
+    pd.DataFrame(rows, columns=columns).to_csv(path, index=False)
 
 
-def check_shape(shape: str, args, device: torch.device, deadline: float, out: Path) -> dict:
+def check_shape(shape: str, args, device: torch.device, dtype: torch.dtype, deadline: float, out: Path) -> dict:
     """Every measurement for one shape; skips what would start after the deadline (recorded as skipped)."""
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     t0 = time.perf_counter()
-    model = build_model(shape, device, dtype, args.tiny)
-    if device.type == "cuda":  # the peak below is the checks' (weights included), not the float32 build's
-        torch.cuda.reset_peak_memory_stats(device)
-    summary = {"shape": shape, "parameters": model.num_parameters(), "dtype": str(dtype).replace("torch.", ""),
+    model = build_model(shape, device, dtype, args.layers, args.width)
+    reset_peak(device)
+    summary = {"shape": shape, "parameters": model.num_parameters(), "layers": model.config.n_layers,
+               "width": model.config.d_model, "dtype": str(dtype).replace("torch.", ""),
                "build_s": round(time.perf_counter() - t0, 1), "skipped": []}
+
+    def due(what: str) -> bool:
+        if time.perf_counter() > deadline:
+            summary["skipped"].append(what)
+            return False
+        return True
+
     rows = []
     for answer in args.answers:
         for batch in args.forward_batches:
             for mode in ("none", "prefix", "dual", "dllm"):
-                if time.perf_counter() > deadline:
-                    summary["skipped"].append(f"forward {mode} answer {answer} batch {batch}")
-                    continue
-                sec = forward_latency(model, mode, batch, args.prompt, answer, args.block, args.repeats)
-                rows.append(dict(shape=shape, cache=mode, batch=batch, prompt=args.prompt, answer=answer,
-                                 block=args.block, forward_ms=round(sec * 1e3, 3)))
-    pd.DataFrame(rows).to_csv(out / f"gpu_forward_{shape}.csv", index=False)
+                for masked in (False, True):
+                    if not due(f"forward {mode} mask={masked} answer {answer} batch {batch}"):
+                        continue
+                    reset_peak(device)
+                    sec = forward_latency(model, mode, masked, batch, args.prompt, answer, args.block, args.repeats)
+                    rows.append(dict(shape=shape, cache=mode, mask=masked, batch=batch, prompt=args.prompt,
+                                     answer=answer, block=args.block, forward_ms=round(sec * 1e3, 3),
+                                     peak_gib=peak_gib(device)))
+    write_csv(rows, FORWARD_COLUMNS, out / f"gpu_forward_{shape}.csv")
+    sdpa = []
+    for batch in args.forward_batches:
+        if due(f"sdpa dispatch batch {batch}"):
+            sdpa += sdpa_dispatch(model, shape, batch, args.prompt, args.answers[-1], args.block)
+    write_csv(sdpa, SDPA_COLUMNS, out / f"gpu_sdpa_{shape}.csv")
     gen_rows = []
     for batch in args.generate_batches:
-        if time.perf_counter() > deadline:
-            summary["skipped"].append(f"generate batch {batch}")
-            continue
-        gen_rows.append(dict(shape=shape, **generate_speed(model, batch, args.prompt, args.gen, args.block)))
-    pd.DataFrame(gen_rows).to_csv(out / f"gpu_generate_{shape}.csv", index=False)
-    if time.perf_counter() < deadline:
+        if due(f"generate batch {batch}"):
+            gen_rows.append(dict(shape=shape, **generate_speed(model, batch, args.prompt, args.gen, args.block)))
+    write_csv(gen_rows, GENERATE_COLUMNS, out / f"gpu_generate_{shape}.csv")
+    if due(f"decode batch {args.big_batch} prompt {args.big_prompt} gen {args.big_gen}"):
+        summary["big_decode"] = generate_speed(model, args.big_batch, args.big_prompt, args.big_gen, args.block)
+    if due("batched vs alone agreement"):
         lengths = [args.prompt - 7 * i for i in range(args.agreement_rows)]
         summary["batched_vs_alone_token_agreement"] = round(batch_agreement(model, lengths, args.gen, args.block), 4)
-        summary["sdpa"] = sdpa_backends(model, args.forward_batches[-1], args.prompt + args.answers[-1])
-    else:
-        summary["skipped"] += ["batched vs alone agreement", "sdpa backends"]
     summary["forward"], summary["generate"] = rows, gen_rows
+    summary["sdpa_default"] = sorted({(r["call"], r["mask"], r["batch"], r["default"]) for r in sdpa})
+    summary["peak_memory_gib"] = peak_gib(device)
     del model
     if device.type == "cuda":
-        summary["peak_memory_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
         torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(device)
     return summary
 
 
-def main(argv: list[str] | None = None) -> dict:
+# ---------------------------------------------------------------- the tiny checkpoints, without extra packages
+
+_SAFETENSORS_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "F64": torch.float64,
+                       "I64": torch.int64, "I32": torch.int32}
+
+
+def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of a .safetensors file (8-byte header length, JSON header, raw little-endian data)."""
+    data = path.read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    body = bytearray(data[8 + n:])
+    out = {}
+    for name, meta in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = meta["data_offsets"]
+        out[name] = torch.frombuffer(body, dtype=_SAFETENSORS_DTYPES[meta["dtype"]], count=(b - a) // _SAFETENSORS_DTYPES[meta["dtype"]].itemsize, offset=a).reshape(meta["shape"]).clone()
+    return out
+
+
+def load_tiny(flavour: str, device: torch.device, dtype: torch.dtype) -> DiffusionLM:
+    """A shipped tiny checkpoint from its config.json and model.safetensors alone (no tokenizer, no safetensors
+    package), as ``load_model`` builds it."""
+    from dllm_bench.models.checkpoint import detect_naming
+
+    directory = CHECKPOINTS / f"tiny_{flavour}"
+    config = ModelConfig.from_hf_config(json.loads((directory / "config.json").read_text()), name_or_path=str(directory))
+    tensors = read_safetensors(directory / "model.safetensors")
+    config.tensor_naming = detect_naming(list(tensors))
+    model = DiffusionLM(config)
+    model.load_state_dict({k: v.to(dtype) for k, v in tensors.items()}, strict=True)
+    return model.to(device=device, dtype=dtype).eval()
+
+
+def tiny_spec(setting: tuple) -> DecodeSpec:
+    _, _, policy, pparams, rule, rparams, cache, block = setting
+    decoding = Decoding(TINY_GEN, block, build_policy(policy, **pparams),
+                        build_selector(rule, **rparams) if rule else None, build_cache(cache), early_stop=False)
+    return DecodeSpec(decoding, Sampling())  # no early stop: the end-of-turn id would need the tokenizer
+
+
+def tiny_tokens(device: torch.device, dtype: torch.dtype, prompts: dict[str, list[list[int]]],
+                rows: int | None = None) -> dict[str, list[list[int]]]:
+    """Answer ids of every tiny setting (the first ``rows`` prompts) decoded on ``device`` in ``dtype``."""
+    out, models = {}, {}
+    for setting in TINY_SETTINGS:
+        flavour = setting[1]
+        model = models.get(flavour) or models.setdefault(flavour, load_tiny(flavour, device, dtype))
+        ids = torch.tensor(prompts[flavour][:rows], dtype=torch.long, device=device)
+        with torch.no_grad():
+            out[setting[0]] = generate(model, ids, None, tiny_spec(setting)).tokens.cpu().tolist()
+    return out
+
+
+def tiny_agreement(device: torch.device, rows: int | None) -> dict:
+    """Per dtype and setting: the share of answer tokens and of whole answers equal to the CPU's recorded ones."""
+    if not TINY_FIXTURE.is_file():
+        return {"missing": f"{TINY_FIXTURE.relative_to(ROOT)}: run --record-tiny-reference on the CPU first"}
+    fixture = json.loads(TINY_FIXTURE.read_text())
+    result = {}
+    for name in ("float32", "bfloat16"):
+        got = tiny_tokens(device, DTYPES[name], fixture["prompts"], rows)
+        per = {}
+        for setting, tokens in got.items():
+            ref = torch.tensor(fixture["tokens"][name][setting][: len(tokens)])
+            now = torch.tensor(tokens)
+            per[setting] = {"tokens": round(float((now == ref).float().mean()), 4),
+                            "answers": round(float((now == ref).all(dim=1).float().mean()), 4), "rows": len(tokens)}
+        result[name] = per
+    return result
+
+
+def record_tiny_reference(puzzles: int = 20) -> None:
+    """Write the fixture: the first ``puzzles`` held-out prompts' ids and their CPU tokens in float32 and bf16."""
+    from dllm_bench.models import load_model
+    from dllm_bench.tasks.sudoku import SudokuTask
+    from dllm_bench.tiny.encoding import prompt_ids
+
+    rows = SudokuTask(limit=puzzles).docs()
+    prompts = {}
+    for flavour in ("llada", "dream"):
+        tok = load_model(CHECKPOINTS / f"tiny_{flavour}", device="cpu", dtype="float32").tokenizer
+        prompts[flavour] = [prompt_ids(tok, r["puzzle"]) for r in rows]
+    cpu = torch.device("cpu")
+    tokens = {name: tiny_tokens(cpu, DTYPES[name], prompts) for name in ("float32", "bfloat16")}
+    note = ("CPU tokens of the shipped tiny checkpoints (scripts/gpu_check.py --record-tiny-reference, torch "
+            f"{torch.__version__}); the GPU check decodes the same prompts on the device and reports agreement")
+    TINY_FIXTURE.write_text(json.dumps({"note": note, "gen_length": TINY_GEN, "prompts": prompts, "tokens": tokens})
+                            + "\n")
+    print(f"wrote {TINY_FIXTURE}")
+
+
+# ---------------------------------------------------------------- main
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--shapes", nargs="+", default=sorted(SHAPES), choices=sorted(SHAPES))
-    ap.add_argument("--tiny", action="store_true", help="tiny layers, real vocabulary (the CPU test of these paths)")
+    ap.add_argument("--dtype", choices=sorted(DTYPES), default=None,
+                    help="weights and activations (default: bfloat16 on cuda, float32 on cpu)")
+    ap.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
+    ap.add_argument("--layers", type=int, default=None, help="fewer layers than the real shape (tests)")
+    ap.add_argument("--width", type=int, default=None, help="a narrower hidden size (heads of 64; tests)")
     ap.add_argument("--out", default=str(ROOT / "results" / "bench"))
-    ap.add_argument("--budget-s", type=float, default=420.0)
+    ap.add_argument("--budget-s", type=float, default=400.0, help="start nothing new after this many seconds")
     ap.add_argument("--prompt", type=int, default=512)
     ap.add_argument("--answers", type=int, nargs="+", default=[256, 512])
     ap.add_argument("--forward-batches", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--generate-batches", type=int, nargs="+", default=[1, 8, 32])
     ap.add_argument("--gen", type=int, default=256, help="answer length of the generate runs")
     ap.add_argument("--block", type=int, default=32)
+    ap.add_argument("--big-batch", type=int, default=32)
+    ap.add_argument("--big-prompt", type=int, default=1024)
+    ap.add_argument("--big-gen", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--agreement-rows", type=int, default=8)
+    ap.add_argument("--tiny-rows", type=int, default=None, help="tiny-checkpoint prompts to decode (default all)")
+    ap.add_argument("--record-tiny-reference", action="store_true", help="CPU only: rewrite the tiny tokens fixture")
     args = ap.parse_args(argv)
+    for name in ("prompt", "block", "gen", "big_batch", "big_prompt", "big_gen", "repeats", "agreement_rows"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} {getattr(args, name)} must be >= 1")
+    if args.gen % args.block or args.big_gen % args.block or any(a < args.block for a in args.answers):
+        ap.error(f"--gen {args.gen} and --big-gen {args.big_gen} must be multiples of --block {args.block}, and "
+                 f"--answers {args.answers} at least one block")
     if args.prompt - 7 * (args.agreement_rows - 1) < 1:
-        raise SystemExit(f"--prompt {args.prompt} is too short for {args.agreement_rows} agreement rows "
-                         f"(each 7 ids shorter); use --prompt >= {7 * args.agreement_rows - 6}")
+        ap.error(f"--prompt {args.prompt} is too short for {args.agreement_rows} agreement rows (each 7 ids "
+                 f"shorter); use --prompt >= {7 * args.agreement_rows - 6}")
+    if args.width is not None and args.width < 64:
+        ap.error(f"--width {args.width} must be >= 64 (one head of 64)")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        ap.error(f"--device {args.device}: no CUDA device visible to torch {torch.__version__}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    if args.record_tiny_reference:
+        record_tiny_reference()
+        return {}
     device = torch.device(args.device)
+    dtype = DTYPES[args.dtype] if args.dtype else torch.bfloat16 if device.type == "cuda" else torch.float32
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    deadline = start + args.budget_s
     summary = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-               "torch": torch.__version__, "tiny": args.tiny, "budget_s": args.budget_s, "shapes": []}
+               "torch": torch.__version__, "dtype": str(dtype).replace("torch.", ""), "layers": args.layers,
+               "width": args.width, "budget_s": args.budget_s, "shapes": []}
+    path = out / "gpu_summary.json"
+    # the tiny checkpoints take seconds: run them first, so that they are in the summary whatever happens later
+    summary["tiny_checkpoints_vs_cpu"] = tiny_agreement(device, args.tiny_rows)
+    path.write_text(json.dumps(summary, indent=1) + "\n")
     for i, shape in enumerate(args.shapes):
         share = start + args.budget_s * (i + 1) / len(args.shapes)  # each shape gets its part of the budget
-        summary["shapes"].append(check_shape(shape, args, device, min(share, deadline), out))
-    summary["total_s"] = round(time.perf_counter() - start, 1)
-    (out / "gpu_summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+        summary["shapes"].append(check_shape(shape, args, device, dtype, share, out))
+        summary["total_s"] = round(time.perf_counter() - start, 1)
+        path.write_text(json.dumps(summary, indent=1) + "\n")
+    print(json.dumps(summary["tiny_checkpoints_vs_cpu"]))
     for s in summary["shapes"]:
-        print(f"{s['shape']}: agreement {s.get('batched_vs_alone_token_agreement')}, sdpa {s.get('sdpa')}, "
-              f"skipped {s['skipped']}")
-        print(pd.DataFrame(s["forward"]).to_string(index=False))
-        print(pd.DataFrame(s["generate"]).to_string(index=False))
-    print(f"total {summary['total_s']}s -> {out}")
+        print(f"{s['shape']}: agreement {s.get('batched_vs_alone_token_agreement')}, big decode "
+              f"{s.get('big_decode')}, peak {s['peak_memory_gib']} GiB, skipped {s['skipped']}")
+        print("sdpa default:", s["sdpa_default"])
+        print(pd.DataFrame(s["forward"], columns=FORWARD_COLUMNS).to_string(index=False))
+        print(pd.DataFrame(s["generate"], columns=GENERATE_COLUMNS).to_string(index=False))
+    print(f"total {summary['total_s'] if summary['shapes'] else round(time.perf_counter() - start, 1)}s -> {out}")
     return summary
 
 

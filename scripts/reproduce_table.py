@@ -38,6 +38,7 @@ from dllm_bench.report.estimate import (  # noqa: E402
     table_gpu_hours_batched,
     timing_share,
 )
+from dllm_bench.report.memory import memory_report  # noqa: E402
 from dllm_bench.report.pareto import plot_frontiers, published_points, run_points  # noqa: E402
 from dllm_bench.report.profile import TraceGroup, analyse_group, plot_profile, profile_markdown  # noqa: E402
 from dllm_bench.report.render import settings_short, write_table  # noqa: E402
@@ -248,6 +249,9 @@ def write_profile(spec: TableSpec, results: list[CellResult], results_dir: Path,
     print(f"[{spec.name}] confidence profiles of {len(files)} traced run(s) -> {md}", flush=True)
 
 
+MEMORY_BATCH = 32  # the batch the memory check assumes without a batched mode (the largest GPU-check batch)
+
+
 def _speedup_line(speedups: Speedups, batch: int) -> str:
     """Where the batch speed-ups came from, and their values at `batch`."""
     files = ", ".join(str(p.relative_to(REPO)) if p.is_relative_to(REPO) else str(p) for p in speedups.paths)
@@ -297,6 +301,7 @@ def print_estimates(specs: list[TableSpec], limit: int | None = None, batch: int
         print(f"| {spec.name} | {counted + unknown} | {hours:.1f}{extra} | {batched:.1f} | {ratio:.3f} | "
               f"{'met' if ratio <= TARGET_RATIO else 'not met'} | {needed} |")
     if speedups is None or batch is None:
+        print("\n" + memory_report(specs, batch or MEMORY_BATCH))
         print("\nBatched mode: no measured batch speed-up under "
               f"{bench_dir} (run `make bench`, i.e. scripts/bench_batch.py, or scripts/gpu_check.py on a GPU).")
         return
@@ -305,6 +310,7 @@ def print_estimates(specs: list[TableSpec], limit: int | None = None, batch: int
         print(f"| all GPU tables | {cells_all} | {single_all:.1f} | {batched_all:.1f} | {ratio:.3f} | "
               f"{'met' if ratio <= TARGET_RATIO else 'not met'} | |")
     print("\n" + _speedup_line(speedups, batch))
+    print("\n" + memory_report(specs, batch))
     missed = [name for name, r in verdicts if r > TARGET_RATIO]
     worst = max(verdicts, key=lambda v: v[1]) if verdicts else None
     print("Target: every table in the batched mode within 1/3 of its batch-1 GPU hours: "

@@ -18,10 +18,14 @@ from collections.abc import Sequence
 
 import torch
 
+from dllm_bench.models.host import host_reads_free
+
 MEASURES = ("top1_prob", "margin", "neg_entropy", "random")
 # Dream's negative entropy adds this to every probability before the log (finite at p = 0; in bf16 the rounding
 # of p + eps and of each product is what the published loop ranks by)
 ENTROPY_EPS = 1e-10
+# scratch bound of one chunk of confidence rows, as float64 [rows, V] (see candidate_predictions)
+CHUNK_BYTES = 1 << 30
 PRECISIONS = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -70,6 +74,14 @@ class Workspace:
             buf = self._buffers[key] = torch.empty((rows, cols), dtype=dtype, device=device)
         return buf[:rows]
 
+    def ids(self, ids: list[int], device: torch.device) -> torch.Tensor:
+        """``ids`` as a long tensor on ``device``, copied from the host once per decode."""
+        key = ("ids", tuple(ids), device)
+        found = self._buffers.get(key)
+        if found is None:
+            found = self._buffers[key] = torch.tensor(ids, dtype=torch.long, device=device)
+        return found
+
 
 def row_max(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Max of each row of [N, V] and its first index (``max(dim=-1)``'s values and tie rule).
@@ -90,25 +102,31 @@ def row_max(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return run_max[rows, run], run * k + runs[rows, run].argmax(dim=-1)
 
 
-def allowed_max(logits: torch.Tensor, excluded: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def allowed_max(logits: torch.Tensor, excluded: Sequence[int],
+                excluded_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Largest logit outside ``excluded`` and its index per row (the first one on ties, as ``argmax``), and
     each row's overall max.
 
-    Only rows whose overall maximum is an excluded id are copied and masked, so the [N, V] logits are read
-    once in the usual case.
+    On the CPU only rows whose overall maximum is an excluded id are copied and masked, so the [N, V] logits
+    are read once in the usual case; elsewhere (where finding those rows is a host read) every row's max is
+    taken again over a copy with the excluded ids masked: the same values and indices. ``excluded_ids`` is
+    ``excluded`` as a tensor on the logits' device (made here when not given).
     """
     overall, index = row_max(logits)
     values = overall
-    if excluded:
-        hit = index == excluded[0]
-        for token in excluded[1:]:  # a handful of ids: cheaper than building an id tensor every step
-            hit |= index == token
-        bad = hit.nonzero().squeeze(1)
-        if bad.numel():
-            sub = logits.index_select(0, bad)
-            sub[:, list(excluded)] = float("-inf")
-            sub_values, sub_index = row_max(sub)
-            values, index = values.index_copy(0, bad, sub_values), index.index_copy(0, bad, sub_index)
+    if not excluded:
+        return values, index, overall
+    ids = excluded_ids if excluded_ids is not None else torch.tensor(list(excluded), device=logits.device)
+    if not host_reads_free(logits.device):
+        return (*row_max(logits.index_fill(1, ids, float("-inf"))), overall)
+    hit = index == excluded[0]
+    for token in excluded[1:]:  # a handful of ids: cheaper than comparing against an id tensor
+        hit |= index == token
+    bad = hit.nonzero().squeeze(1)
+    if bad.numel():
+        sub = logits.index_select(0, bad).index_fill_(1, ids, float("-inf"))
+        sub_values, sub_index = row_max(sub)
+        values, index = values.index_copy(0, bad, sub_values), index.index_copy(0, bad, sub_index)
     return values, index, overall
 
 
@@ -121,22 +139,38 @@ def _fast_top1(logits: torch.Tensor, dtype: torch.dtype, forbidden: list[int], k
                workspace: Workspace | None) -> tuple[torch.Tensor, torch.Tensor]:
     """x0 (never forbidden or kept) and its softmax probability over every id but the forbidden ones, in
     ``dtype``: one max, one copy, one exp, one sum (and a shift by the max in float32, or for extreme logits)."""
-    top, x0, overall = allowed_max(logits, forbidden + kept)
+    ids = _ids(workspace, forbidden + kept, logits.device)
+    top, x0, overall = allowed_max(logits, forbidden + kept, ids)
     if not forbidden:
         shift = overall  # the denominator's max: every id takes part
     else:
-        shift = torch.maximum(top, logits[:, kept].amax(dim=-1)) if kept else top
+        shift = torch.maximum(top, logits.index_select(1, _ids(workspace, kept, logits.device)).amax(dim=-1)) if kept else top
     if workspace is None:
         weights = logits.to(dtype, copy=True)
     else:
         weights = workspace.take("exp", *logits.shape, dtype, logits.device).copy_(logits)
-    if dtype != torch.float64 or bool(((shift < _UNSHIFTED_MIN) | (shift > _UNSHIFTED_MAX)).any()):
+    if dtype != torch.float64:
         # cast, then subtract in place: a promoting torch.sub(float32, float64) takes an unvectorised loop
         weights.sub_(shift.to(dtype).unsqueeze(1))
+    else:
+        # only rows outside the range are shifted (the others subtract 0: every bit as it is), so a row's bits do
+        # not depend on the other rows (chunks, batch); the CPU skips the pass when no row needs it
+        extreme = (shift < _UNSHIFTED_MIN) | (shift > _UNSHIFTED_MAX)
+        if not host_reads_free(logits.device) or bool(extreme.any()):
+            weights.sub_(torch.where(extreme, shift.to(dtype), 0.0).unsqueeze(1))
     weights.exp_()
     if forbidden:
-        weights[:, forbidden] = 0.0
+        weights.index_fill_(1, _ids(workspace, forbidden, logits.device), 0.0)
     return x0, weights.gather(1, x0.unsqueeze(1)).squeeze(1) / weights.sum(dim=-1)
+
+
+def _ids(workspace: Workspace | None, ids: list[int], device: torch.device) -> torch.Tensor | None:
+    """Token ids as a tensor on ``device``, made once per decode when a workspace keeps it."""
+    if not ids:
+        return None
+    if workspace is None:
+        return torch.tensor(ids, dtype=torch.long, device=device)
+    return workspace.ids(ids, device)
 
 
 def candidate_predictions(
@@ -150,6 +184,7 @@ def candidate_predictions(
     unchosen_token_ids: Sequence[int] = (),
     generators: Sequence[torch.Generator] | None = None,
     workspace: Workspace | None = None,
+    chunk_rows: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Token choice x0 [N] and confidence [N] from candidate logits [N, V] (rows in batch order).
 
@@ -159,9 +194,24 @@ def candidate_predictions(
     untempered softmax. ``forbidden_token_ids`` are out of the choice and of the softmax (banned ids);
     ``unchosen_token_ids`` are never chosen but stay in the softmax denominator (the mask token: the published
     code takes the softmax over the whole vocabulary). ``workspace`` lends the [N, V] scratch buffer.
+    Without sampling noise the rows go in chunks of ``chunk_rows`` (default: a float64 copy of ``CHUNK_BYTES``),
+    so a whole-answer window at batch 32 needs a few GB of scratch, not 100 (same bits: every step is per row).
     """
     forbidden = list(dict.fromkeys(int(i) for i in forbidden_token_ids))
     kept = [i for i in dict.fromkeys(int(i) for i in unchosen_token_ids) if i not in forbidden]
+    rows = chunk_rows if chunk_rows is not None else max(1, CHUNK_BYTES // (8 * max(logits.shape[-1], 1)))
+    if logits.shape[0] > rows and temperature == 0 and measure != "random":
+        # every step below works row by row: chunks of rows give the same bits with a bounded scratch
+        parts = [_predictions(logits[i:i + rows], counts, measure, dtype, temperature, forbidden, kept, generators,
+                              workspace) for i in range(0, logits.shape[0], rows)]
+        return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+    return _predictions(logits, counts, measure, dtype, temperature, forbidden, kept, generators, workspace)
+
+
+def _predictions(logits: torch.Tensor, counts: Sequence[int] | None, measure: str, dtype: torch.dtype,
+                 temperature: float, forbidden: list[int], kept: list[int], generators, workspace: Workspace | None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`candidate_predictions` on one set of rows."""
     # casting up to dtype is exact and keeps order and ties, so the max can be taken on the logits themselves
     exact = torch.promote_types(logits.dtype, dtype) == dtype
     if temperature == 0 and exact and measure in ("top1_prob", "random"):
@@ -170,16 +220,15 @@ def candidate_predictions(
         if measure == "random":
             if generators is None:
                 raise ValueError("the 'random' confidence measure needs per-row generators")
-            choice = allowed_max(logits, forbidden + kept)[1]
+            choice = allowed_max(logits, forbidden + kept, _ids(workspace, forbidden + kept, logits.device))[1]
             return choice, _uniform_rows(counts, (), generators, dtype, logits.device)
     work = logits.to(dtype)
     if forbidden:
         work = work.clone() if work is logits else work
-        work[:, forbidden] = float("-inf")
+        work.index_fill_(1, _ids(workspace, forbidden, work.device), float("-inf"))
     probs_from = work
     if kept:
-        work = work.clone()
-        work[:, kept] = float("-inf")
+        work = work.index_fill(1, _ids(workspace, kept, work.device), float("-inf"))
     if temperature > 0:
         if generators is None:
             raise ValueError("temperature > 0 needs per-row generators")
@@ -197,7 +246,7 @@ def candidate_predictions(
     elif measure == "margin":
         probs = torch.softmax(probs_from, dim=-1)
         if kept:
-            probs[:, kept] = 0.0  # the two most probable ids that can be chosen
+            probs.index_fill_(1, _ids(workspace, kept, probs.device), 0.0)  # the two most probable choosable ids
         top2 = probs.topk(2, dim=-1).values
         conf = top2[:, 0] - top2[:, 1]
     elif measure == "neg_entropy":  # as Dream's sample_tokens: sum p log(p + 1e-10), in the confidence dtype

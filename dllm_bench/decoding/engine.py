@@ -11,10 +11,11 @@ import torch
 from dllm_bench.decoding.accounting import SampleRecord, StepTrace, count_generated_tokens
 from dllm_bench.decoding.confidence import Workspace, candidate_predictions, resolve_precision
 from dllm_bench.decoding.config import Cache, DualCache, Policy, PrefixCache, Selector
-from dllm_bench.decoding.forward import ForwardResult, ForwardRunner
+from dllm_bench.decoding.forward import ForwardResult, ForwardRunner, HostView
 from dllm_bench.decoding.rules import StepContext
 from dllm_bench.decoding.selectors import frechet_gap_sorted, sort_candidates
 from dllm_bench.decoding.spec import DecodeSpec
+from dllm_bench.models.host import host_reads_free
 
 
 @dataclass
@@ -105,6 +106,8 @@ def generate(
     B, P = input_ids.shape
     G = gen_length
     device = input_ids.device
+    # one host check per decode: without padding no mask reaches the network (SDPA may then pick Flash)
+    padded = attention_mask is not None and not bool(attention_mask.bool().all())
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
     if reference is not None and tuple(reference.shape) != (B, G):
@@ -112,39 +115,43 @@ def generate(
 
     x = torch.cat([input_ids, torch.full((B, G), mask_id, dtype=input_ids.dtype, device=device)], dim=1)
     full_mask = torch.cat([attention_mask, torch.ones((B, G), dtype=attention_mask.dtype, device=device)], dim=1)
-    runner = ForwardRunner(model, cache, P, full_mask, model_kwargs, cfg_scale, mask_id)
+    runner = ForwardRunner(model, cache, P, full_mask, model_kwargs, cfg_scale, mask_id, padded=padded)
     state = policy.init_state(B, G, block_length, device)
     rule_state = selector.init_state(B, G, block_length, device) if selector is not None else None
     fuses = hasattr(selector, "fuse_logits")  # a rule that changes the logits before the choice (CreditDecoding)
     frechet_trace = getattr(selector, "name", None) == "frechet"  # traces record the Fréchet gap's parts
     generators = _row_generators(seed, B, device) if (temperature > 0 or measure == "random") else None
     workspace = Workspace()
-    stop_ids = torch.tensor(stops, dtype=x.dtype, device=device) if stops else None
+    stop_ids = torch.tensor(stops, dtype=x.dtype, device=device) if stops and early_stop else None
     # the mask token is never a prediction: committing it would leave the position masked forever
     forbidden = tuple(dict.fromkeys([*forbidden_token_ids, *(() if confidence_mask_in_softmax else (mask_id,))]))
     unchosen = (mask_id,) if confidence_mask_in_softmax else ()
     force_first = isinstance(cache, PrefixCache | DualCache) and cache.compat_first_token
 
+    # per-row counters stay on the device and are read once, after the loop
     active = torch.ones(B, dtype=torch.bool, device=device)
-    nfe = torch.zeros(B, dtype=torch.long)
-    positions = torch.zeros(B, dtype=torch.long)
-    finish_time = [0.0] * B
+    all_rows = torch.arange(B, device=device)
+    nfe = torch.zeros(B, dtype=torch.long, device=device)
+    positions = torch.zeros(B, dtype=torch.long, device=device)
+    finish_step = torch.zeros(B, dtype=torch.long, device=device)
+    step_times: list[float] = []  # seconds from the start to the end of each step
     traces: list[list[StepTrace]] = [[] for _ in range(B)]
     step = 0
     _synchronize(device)
     t0 = time.perf_counter()
     dtype = None
     j = torch.arange(G, device=device).unsqueeze(0)
+    view = _host_view(policy, state, active)
     with torch.no_grad():
-        while bool(active.any()):
-            rows = active.nonzero().squeeze(1)
+        while view.rows:
+            rows = all_rows if len(view.rows) == B else active.nonzero().squeeze(1)
             answer = x[:, P:]
             masked = answer == mask_id
             lo, hi = policy.window(state)
             cand = masked & (j >= lo.unsqueeze(1)) & (j < hi.unsqueeze(1)) & active.unsqueeze(1)
             block_lo, block_hi = policy.block(state)
             limit = policy.canvas_limit(state) if hasattr(policy, "canvas_limit") else None
-            results = runner.run(x, rows, block_lo, block_hi, limit, cand)
+            results = runner.run(x, rows, block_lo, block_hi, limit, cand, view)
             if dtype is None:
                 dtype = resolve_precision(confidence_precision, results[0].logits.dtype)
             conf = torch.full((B, G), float("-inf"), dtype=dtype, device=device)
@@ -157,9 +164,9 @@ def generate(
             for res in results:
                 _fill_predictions(res, cand, conf, pred, P, G, measure, dtype, temperature, forbidden, unchosen,
                                   generators, workspace, fuse)
-                positions[res.rows.cpu()] += res.positions
+                positions.index_add_(0, res.rows, res.positions)
                 refreshed[res.rows] = res.refresh
-            nfe[rows.cpu()] += 1
+            nfe += active.long()
             ctx = StepContext(conf, cand, pred, masked, reference, state=rule_state, block=(block_lo, block_hi))
             commit, tokens = policy.decide(state, ctx, selector)
             if force_first:
@@ -170,7 +177,7 @@ def generate(
                 forced = refreshed & first.any(dim=1)
                 commit = torch.where(forced.unsqueeze(1), first, commit)
             commit &= cand
-            answer[commit] = tokens[commit]
+            answer.copy_(torch.where(commit, tokens, answer))
             if trace:
                 for b, entry in enumerate(_trace_step(step, conf, cand, commit, frechet_trace)):
                     if entry is not None:
@@ -179,21 +186,21 @@ def generate(
             finished = policy.advance(state, now_masked, active) & active
             if early_stop:
                 finished |= active & _answer_complete(answer, now_masked, stop_ids)
-            if bool(finished.any()):
-                _synchronize(device)
-                now = time.perf_counter() - t0
-                for b in finished.nonzero().squeeze(1).tolist():
-                    finish_time[b] = now
+            finish_step = torch.where(finished, step, finish_step)
             active &= ~finished
             step += 1
+            view = _host_view(policy, state, active)  # the step's one host read: it waits for the step to end
+            step_times.append(time.perf_counter() - t0)
     tokens_out = x[:, P:].clone()
     if early_stop:
-        tokens_out[tokens_out == mask_id] = stops[0]
+        tokens_out = torch.where(tokens_out == mask_id, stops[0], tokens_out)
     _check_no_mask(tokens_out, mask_id, policy, selector, cache)
     records = []
+    counters = torch.stack([nfe, positions, finish_step]).tolist()
     for b in range(B):
-        rec = SampleRecord(nfe=int(nfe[b]), steps=int(nfe[b]), forward_positions=int(positions[b]),
-                           wall_time_s=finish_time[b], trace=traces[b] if trace else None)
+        rec = SampleRecord(nfe=counters[0][b], steps=counters[0][b], forward_positions=counters[1][b],
+                           wall_time_s=step_times[counters[2][b]] if step_times else 0.0,
+                           trace=traces[b] if trace else None)
         if tokenizer is not None:
             prompt_real = int(((input_ids[b] != stops[0]) & attention_mask[b].bool()).sum()) if stops else int(attention_mask[b].sum())
             rec.token_counts = count_generated_tokens(tokens_out[b], tokenizer, stop_strings or (),
@@ -201,6 +208,16 @@ def generate(
                                                       prompt_length=prompt_real)
         records.append(rec)
     return GenerationOutput(tokens_out, records)
+
+
+def _host_view(policy: Policy, state, active: torch.Tensor) -> HostView:
+    """The active rows with their block bounds and canvas limits, read in one host read."""
+    lo, hi = policy.block(state)
+    limit = policy.canvas_limit(state) if hasattr(policy, "canvas_limit") else None
+    parts = [active.long(), lo, hi] + ([limit] if limit is not None else [])
+    values = torch.stack([p.to(torch.long) for p in parts]).tolist()
+    rows = [b for b, a in enumerate(values[0]) if a]
+    return HostView(rows, values[1], values[2], values[3] if limit is not None else None)
 
 
 def _check_no_mask(tokens: torch.Tensor, mask_id: int, policy: Policy, selector: Selector | None,
@@ -221,23 +238,26 @@ def _fill_predictions(res: ForwardResult, cand, conf, pred, P: int, G: int, meas
     the candidates' logits and flat [B, G] indices to the logits the choice is made from (a rule's fusion)."""
     rows = res.rows
     sub_cand = cand.index_select(0, rows)
+    counts = None  # candidates per row: read on the host only where noise is drawn per row (or free to read)
     if res.at is not None:  # the logits are the candidates' own rows, in batch order
         local, j = res.at
-        counts = torch.bincount(local, minlength=rows.numel()).tolist()
+        if generators is not None or host_reads_free(cand.device):
+            counts = torch.bincount(local, minlength=rows.numel()).tolist()
         flat = res.logits
         target = rows.index_select(0, local) * G + j
     else:
         a0 = max(res.start - P, 0)
         a1 = min(res.start + res.logits.shape[1] - P, G)
         inside = sub_cand[:, a0:a1]
-        counts = inside.sum(dim=1).tolist()
+        if generators is not None or host_reads_free(cand.device):
+            counts = inside.sum(dim=1).tolist()
         w = a1 - a0
         where = inside.reshape(-1).nonzero().squeeze(1)  # candidates in batch order, as flat [b, w] indices
         target = rows.index_select(0, where // w) * G + a0 + where % w  # the same candidates in [B, G]
         flat = _candidate_rows(res.logits[:, P + a0 - res.start: P + a1 - res.start], where, workspace)
-    if sum(counts) != int(sub_cand.sum()):
+    if counts is not None and sum(counts) != int(sub_cand.sum()):
         raise RuntimeError("a candidate lies outside the positions this forward computed (engine bug)")
-    if sum(counts) == 0:
+    if flat.shape[0] == 0:
         return
     gens = [generators[int(r)] for r in rows] if generators is not None else None
     if fuse is not None:

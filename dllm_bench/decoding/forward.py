@@ -26,7 +26,7 @@ class ForwardResult:
     logits: torch.Tensor  # [b, e - s, V], or [n, V] at the pairs of ``at``
     start: int
     refresh: bool
-    positions: torch.Tensor  # [b] long, on the CPU
+    positions: torch.Tensor  # [b] long, on the rows' device
     at: tuple[torch.Tensor, torch.Tensor] | None = None  # (index into rows [n], answer position [n]), batch order
 
 
@@ -42,8 +42,20 @@ def _slice_kwargs(model_kwargs: dict, rows: torch.Tensor, batch: int) -> dict:
 
 
 @dataclass
+class HostView:
+    """What the host knows of a step before it runs, from one read at the end of the previous step: the active
+    rows and every row's block bounds and canvas limit (answer coordinates)."""
+
+    rows: list[int]
+    block_lo: list[int]
+    block_hi: list[int]
+    limit: list[int] | None = None
+
+
+@dataclass
 class _Cohort:
     rows: torch.Tensor
+    host_rows: list[int]
     cache: object
     block: tuple[int, int]
     since_refresh: int
@@ -51,20 +63,25 @@ class _Cohort:
 
 
 class ForwardRunner:
-    """Runs one step's forwards for the active rows under a cache mode; returns logits per row group."""
+    """Runs one step's forwards for the active rows under a cache mode; returns logits per row group.
+
+    Every decision about rows and cohorts is taken on the host from the step's :class:`HostView`, so a step
+    reads nothing more from the device than the candidates' count (to size the LM head).
+    """
 
     def __init__(self, model: Callable, cache: Cache, prompt_length: int, attention_mask: torch.Tensor,
-                 model_kwargs: dict | None, cfg_scale: float, mask_token_id: int):
+                 model_kwargs: dict | None, cfg_scale: float, mask_token_id: int, padded: bool = True):
         self.model = model
         self.cache = cache
         self.P = prompt_length
-        self.mask = attention_mask
         self.batch = attention_mask.shape[0]
+        # without padding the network gets no mask (every key is attended): SDPA may then dispatch to Flash
+        self.mask = attention_mask if padded else None
         self.model_kwargs = model_kwargs or {}
         self.cfg_scale = cfg_scale
         self.mask_token_id = mask_token_id
         self.cohorts: list[_Cohort] = []
-        self.prompt_real = attention_mask[:, :prompt_length].sum(dim=1).long().cpu()  # real prompt ids per row
+        self.prompt_real = attention_mask[:, :prompt_length].sum(dim=1).long()  # real prompt ids per row
         # Dream's shifted logits: a span starting inside the canvas also computes the position before it
         self.shift = int(bool(getattr(getattr(model, "config", None), "shift_logits", False)))
         # our networks can run the LM head on the candidates only, or on their window (a large saving at a
@@ -73,6 +90,13 @@ class ForwardRunner:
         self.head_range = bool(getattr(model, "accepts_logits_range", False))
         self.window: tuple[int, int] | None = None
         self.candidates: torch.Tensor | None = None
+        self._rows: tuple[list[int], torch.Tensor] = ([], torch.empty(0, dtype=torch.long))
+
+    def _device_rows(self, host_rows: list[int]) -> torch.Tensor:
+        """Row indices on the device: the step's active rows as given, any other group copied from the host."""
+        if host_rows == self._rows[0]:
+            return self._rows[1]
+        return torch.tensor(host_rows, dtype=torch.long, device=self._rows[1].device)
 
     def _call(self, x: torch.Tensor, rows: torch.Tensor, cache=None, start: int = 0, end: int | None = None,
               window: tuple[int, int] | None = None, cut: bool = False
@@ -83,7 +107,7 @@ class ForwardRunner:
         head only there. ``cut`` (or no cache) makes ``end`` the canvas length the network sees (SlowFast's
         truncated fast phase)."""
         kwargs = _slice_kwargs(self.model_kwargs, rows, self.batch)
-        mask = self.mask.index_select(0, rows)
+        mask = None if self.mask is None else self.mask.index_select(0, rows)
         end = x.shape[1] if end is None else end
         inp = x.index_select(0, rows)
         first, at = start, None
@@ -91,7 +115,7 @@ class ForwardRunner:
             sub = self.candidates.index_select(0, rows)
             sub[:, : max(start - self.P, 0)] = False
             sub[:, max(end - self.P, 0):] = False
-            at = sub.nonzero(as_tuple=True)
+            at = sub.nonzero(as_tuple=True)  # the step's one read: how many rows the LM head runs on
             kwargs["logits_at"] = (at[0], at[1] + self.P)
         elif window is not None and self.head_range:
             lo, hi = max(window[0], start), min(window[1], end)
@@ -99,7 +123,8 @@ class ForwardRunner:
                 kwargs["logits_range"] = (lo, hi)
                 first = lo
         if (cache is None or cut) and end < x.shape[1]:
-            inp, mask = inp[:, :end], mask[:, :end]
+            inp = inp[:, :end]
+            mask = None if mask is None else mask[:, :end]
         if cache is None:
             if self.cfg_scale > 0:
                 return self._cfg_call(inp, mask, kwargs), first, at
@@ -108,126 +133,137 @@ class ForwardRunner:
             return self.model(inp, attention_mask=mask, cache=cache, **kwargs), first, at
         return self.model(inp[:, start:end], attention_mask=mask, cache=cache, start=start, **kwargs), first, at
 
-    def _cfg_call(self, inp: torch.Tensor, mask: torch.Tensor, kwargs: dict) -> torch.Tensor:
+    def _cfg_call(self, inp: torch.Tensor, mask: torch.Tensor | None, kwargs: dict) -> torch.Tensor:
         """LLaDA classifier-free guidance: un + (cfg + 1)(cond - un), prompt masked in the unconditional copy."""
         un = inp.clone()
         prompt = torch.zeros_like(inp, dtype=torch.bool)
-        prompt[:, : self.P] = mask[:, : self.P].bool()
-        un[prompt] = self.mask_token_id
+        prompt[:, : self.P] = True if mask is None else mask[:, : self.P].bool()
+        un = torch.where(prompt, self.mask_token_id, un)
         both = {k: torch.cat([v, v]) if isinstance(v, torch.Tensor) and v.shape[:1] == inp.shape[:1] else v
                 for k, v in kwargs.items()}
         if "logits_at" in kwargs:  # the same pairs in the unconditional copy, rows b .. 2b - 1
             at_rows, at_pos = kwargs["logits_at"]
             both["logits_at"] = (torch.cat([at_rows, at_rows + inp.shape[0]]), torch.cat([at_pos, at_pos]))
-        logits = self.model(torch.cat([inp, un]), attention_mask=torch.cat([mask, mask]), **both)
+        logits = self.model(torch.cat([inp, un]), attention_mask=None if mask is None else torch.cat([mask, mask]),
+                            **both)
         cond, uncond = logits.chunk(2)
         return uncond + (self.cfg_scale + 1) * (cond - uncond)
 
     def run(self, x: torch.Tensor, rows: torch.Tensor, block_lo: torch.Tensor, block_hi: torch.Tensor,
-            canvas_limit: torch.Tensor | None, candidates: torch.Tensor | None = None) -> list[ForwardResult]:
+            canvas_limit: torch.Tensor | None, candidates: torch.Tensor | None = None,
+            view: HostView | None = None) -> list[ForwardResult]:
         """Forwards for active ``rows``; block bounds and canvas limits are answer coordinates per row;
         ``candidates`` [B, G] (the positions whose logits the step reads) lets a model that supports it run the
-        LM head there only."""
-        self.window = (self.P + int(block_lo[rows].min()), self.P + int(block_hi[rows].max()))
+        LM head there only; ``view`` is the host's copy of the rows, bounds and limits (read here when absent)."""
+        if view is None:
+            view = _read_view(rows, block_lo, block_hi, canvas_limit)
+        self._rows = (view.rows, rows)
+        self.window = None
+        if not self.head_at and self.head_range:
+            self.window = (self.P + min(view.block_lo[r] for r in view.rows),
+                           self.P + max(view.block_hi[r] for r in view.rows))
         self.candidates = candidates
         if isinstance(self.cache, NoCache):
             out = []
-            for group, lim in self._limit_groups(rows, canvas_limit, x.shape[1] - self.P):
-                logits, first, at = self._call(x, group, end=self.P + lim, window=self.window)
-                out.append(ForwardResult(group, logits, first, True, self._prompt(group) + lim, at))
+            for group, lim in self._limit_groups(view.rows, view.limit, x.shape[1] - self.P):
+                rows_g = self._device_rows(group)
+                logits, first, at = self._call(x, rows_g, end=self.P + lim, window=self.window)
+                out.append(ForwardResult(rows_g, logits, first, True, self._prompt(rows_g) + lim, at))
             return out
         if isinstance(self.cache, DLLMCache):
-            return self._run_dllm(x, rows, canvas_limit)
-        return self._run_kv(x, rows, block_lo, block_hi)
+            return self._run_dllm(x, view)
+        return self._run_kv(x, view)
 
     @staticmethod
-    def _limit_groups(rows: torch.Tensor, canvas_limit: torch.Tensor | None, G: int) -> list[tuple[torch.Tensor, int]]:
+    def _limit_groups(rows: list[int], limits: list[int] | None, G: int) -> list[tuple[list[int], int]]:
         """Rows grouped by the answer length the network sees (all of G without a canvas limit)."""
-        if canvas_limit is None:
+        if limits is None:
             return [(rows, G)]
-        limits = canvas_limit.index_select(0, rows)
-        return [(rows[limits == lim], lim) for lim in torch.unique(limits).tolist()]
+        return [([r for r in rows if limits[r] == lim], lim) for lim in sorted({limits[r] for r in rows})]
 
     def _prompt(self, rows: torch.Tensor) -> torch.Tensor:
-        return self.prompt_real.index_select(0, rows.cpu())
+        return self.prompt_real.index_select(0, rows)
 
     def _count(self, rows: torch.Tensor, n: int) -> torch.Tensor:
-        return torch.full((rows.numel(),), n, dtype=torch.long)
+        return torch.full((rows.numel(),), n, dtype=torch.long, device=rows.device)
 
-    @staticmethod
-    def _keep(cohort: _Cohort, keep: torch.Tensor) -> _Cohort | None:
-        """Shrink a cohort (and its cache) to the rows in ``keep``; None when none is left."""
-        if not keep.any():
+    def _keep(self, cohort: _Cohort, keep: list[bool]) -> _Cohort | None:
+        """Shrink a cohort (and its cache) to the rows where ``keep`` holds; None when none is left."""
+        if not any(keep):
             return None
-        if not keep.all():
-            index = keep.nonzero().squeeze(1)
-            cohort.cache.keep_rows(index)
-            cohort.rows = cohort.rows[index]
+        if not all(keep):
+            index = [i for i, k in enumerate(keep) if k]
+            cohort.cache.keep_rows(torch.tensor(index, dtype=torch.long, device=cohort.rows.device))
+            cohort.host_rows = [cohort.host_rows[i] for i in index]
+            cohort.rows = self._device_rows(cohort.host_rows)
         return cohort
 
-    def _run_dllm(self, x: torch.Tensor, rows: torch.Tensor, canvas_limit: torch.Tensor | None) -> list[ForwardResult]:
+    def _run_dllm(self, x: torch.Tensor, view: HostView) -> list[ForwardResult]:
         from dllm_bench.models.cache import FeatureCache
 
         cfg: DLLMCache = self.cache
         if not self.cohorts:
             fc = FeatureCache(prompt_length=self.P, refresh_layer0=cfg.layer0_always, verify_compat=cfg.verify_compat)
-            self.cohorts = [_Cohort(rows, fc, (0, 0), 0)]
+            self.cohorts = [_Cohort(self._device_rows(view.rows), list(view.rows), fc, (0, 0), 0)]
         cohort = self.cohorts[0]
-        active = torch.zeros(self.batch, dtype=torch.bool, device=rows.device)
-        active[rows] = True
-        kept = self._keep(cohort, active[cohort.rows])
+        active = set(view.rows)
+        kept = self._keep(cohort, [r in active for r in cohort.host_rows])
         self.cohorts = [kept] if kept is not None else []
         cohort.forwards += 1
         refresh_prompt, refresh_response, ratio = cfg.plan(cohort.forwards)
         fc = cohort.cache
         fc.plan(refresh_prompt, refresh_response, ratio)
         out = []
-        groups = self._limit_groups(cohort.rows, canvas_limit, x.shape[1] - self.P)
+        groups = self._limit_groups(cohort.host_rows, view.limit, x.shape[1] - self.P)
         for group, lim in groups:
+            rows_g = cohort.rows if len(groups) == 1 else self._device_rows(group)
             # rows cut at different lengths share the cache but run as separate forwards over their own rows
-            fc.select_rows(None if len(groups) == 1 else torch.searchsorted(cohort.rows, group))
-            logits, first, at = self._call(x, group, cache=fc, end=self.P + lim, window=self.window, cut=True)
+            fc.select_rows(None if len(groups) == 1 else torch.searchsorted(cohort.rows, rows_g))
+            logits, first, at = self._call(x, rows_g, cache=fc, end=self.P + lim, window=self.window, cut=True)
             verified = fc.verified_count(lim)
-            prompt = self._prompt(group) if refresh_prompt else self._count(group, 0)
+            prompt = self._prompt(rows_g) if refresh_prompt else self._count(rows_g, 0)
             response = lim if refresh_response else verified
-            out.append(ForwardResult(group, logits, first, refresh_prompt and refresh_response, prompt + response, at))
+            out.append(ForwardResult(rows_g, logits, first, refresh_prompt and refresh_response, prompt + response, at))
         fc.select_rows(None)
         return out
 
-    def _run_kv(self, x: torch.Tensor, rows: torch.Tensor, block_lo: torch.Tensor,
-                block_hi: torch.Tensor) -> list[ForwardResult]:
+    def _run_kv(self, x: torch.Tensor, view: HostView) -> list[ForwardResult]:
         from dllm_bench.models.cache import KVCache
 
         cfg: PrefixCache | DualCache = self.cache
         every = cfg.refresh_every
         T = x.shape[1]
-        needs_refresh = torch.zeros(self.batch, dtype=torch.bool, device=rows.device)
-        needs_refresh[rows] = True
-        survivors = []
-        results = []
-        is_active = needs_refresh.clone()
+        active = set(view.rows)
+        survivors, results, covered = [], [], set()
         for cohort in self.cohorts:
-            same_block = (block_lo[cohort.rows] == cohort.block[0]) & (block_hi[cohort.rows] == cohort.block[1])
             due = every is not None and cohort.since_refresh >= every
-            keep = is_active[cohort.rows] & same_block & (not due)
+            keep = [r in active and (view.block_lo[r], view.block_hi[r]) == cohort.block and not due
+                    for r in cohort.host_rows]
             kept = self._keep(cohort, keep)
             if kept is None:
                 continue
-            needs_refresh[kept.rows] = False
+            covered.update(kept.host_rows)
             s = self.P + kept.block[0]
             e = T if isinstance(cfg, PrefixCache) else self.P + kept.block[1]
             logits, first, at = self._call(x, kept.rows, cache=kept.cache, start=s, end=e, window=self.window)
             kept.since_refresh += 1
             survivors.append(kept)
             results.append(ForwardResult(kept.rows, logits, first, False, self._count(kept.rows, e - s + self.shift), at))
-        refresh_rows = needs_refresh.nonzero().squeeze(1)
-        if refresh_rows.numel():
-            keys = torch.stack([block_lo[refresh_rows], block_hi[refresh_rows]], dim=1)
-            for key in torch.unique(keys, dim=0).tolist():
-                group = refresh_rows[(keys[:, 0] == key[0]) & (keys[:, 1] == key[1])]
-                kv = KVCache()
-                logits, first, at = self._call(x, group, cache=kv, window=self.window)
-                survivors.append(_Cohort(group, kv, (key[0], key[1]), 1))
-                results.append(ForwardResult(group, logits, first, True, self._prompt(group) + (T - self.P), at))
+        refresh = [r for r in view.rows if r not in covered]
+        for key in sorted({(view.block_lo[r], view.block_hi[r]) for r in refresh}):
+            group = [r for r in refresh if (view.block_lo[r], view.block_hi[r]) == key]
+            rows_g = self._device_rows(group)
+            kv = KVCache()
+            logits, first, at = self._call(x, rows_g, cache=kv, window=self.window)
+            survivors.append(_Cohort(rows_g, group, kv, key, 1))
+            results.append(ForwardResult(rows_g, logits, first, True, self._prompt(rows_g) + (T - self.P), at))
         self.cohorts = survivors
         return results
+
+
+def _read_view(rows: torch.Tensor, block_lo: torch.Tensor, block_hi: torch.Tensor,
+               canvas_limit: torch.Tensor | None) -> HostView:
+    """The host view of a step for a caller that gives none (one read)."""
+    parts = [block_lo, block_hi] + ([canvas_limit] if canvas_limit is not None else [])
+    values = torch.stack([p.to(torch.long) for p in parts]).tolist()
+    return HostView(rows.tolist(), values[0], values[1], values[2] if canvas_limit is not None else None)

@@ -14,6 +14,7 @@ import torch
 
 from dllm_bench.decoding.rules.base import StepContext, rule_tokens
 from dllm_bench.decoding.schedules import (
+    dream_step_ratios,
     dream_transfer_count,
     dream_transfer_probability,
     llada_transfer_counts,
@@ -101,6 +102,7 @@ class DreamState:
 
     gen_length: int
     step: torch.Tensor  # forwards taken
+    ratios: torch.Tensor | None = None  # [steps] 1 - s/t per step, on the rows' device (dream_step_ratios)
 
 
 @dataclass(frozen=True)
@@ -121,7 +123,8 @@ class DreamPolicy:
         return DREAM_ALGORITHMS[self.alg]
 
     def init_state(self, batch: int, gen_length: int, block_length: int, device: torch.device) -> DreamState:
-        return DreamState(gen_length, step=torch.zeros(batch, dtype=torch.long, device=device))
+        return DreamState(gen_length, step=torch.zeros(batch, dtype=torch.long, device=device),
+                          ratios=dream_step_ratios(self.steps, self.eps, device))
 
     def block(self, state: DreamState) -> tuple[torch.Tensor, torch.Tensor]:
         lo = torch.zeros_like(state.step)
@@ -131,9 +134,9 @@ class DreamPolicy:
 
     def decide(self, state: DreamState, ctx: StepContext, selector) -> tuple[torch.Tensor, torch.Tensor]:
         if self.alg == "origin":
-            p = dream_transfer_probability(state.step, self.steps, self.eps).to(ctx.confidence.dtype)
+            p = dream_transfer_probability(state.step, self.steps, self.eps, state.ratios).to(ctx.confidence.dtype)
             return ctx.candidates & (ctx.confidence < p.unsqueeze(1)), ctx.prediction
-        k = dream_transfer_count(ctx.masked.sum(dim=1), state.step, self.steps, self.eps)
+        k = dream_transfer_count(ctx.masked.sum(dim=1), state.step, self.steps, self.eps, state.ratios)
         return topk_commit_mask(ctx.confidence, ctx.candidates, k), ctx.prediction
 
     def advance(self, state: DreamState, masked: torch.Tensor, active: torch.Tensor) -> torch.Tensor:

@@ -14,8 +14,11 @@ Param = float | torch.Tensor
 
 
 def _row_param(value: Param, confidence: torch.Tensor) -> torch.Tensor:
-    """A scalar or per-row parameter as a [B, 1] tensor in the confidence dtype."""
-    t = torch.as_tensor(value, dtype=confidence.dtype, device=confidence.device)
+    """A scalar or per-row parameter as a [B, 1] (or broadcasting [1, 1]) tensor in the confidence dtype; a
+    Python scalar is filled in on the device (no tensor copied from the host every step)."""
+    if not isinstance(value, torch.Tensor):
+        return torch.full((1, 1), value, dtype=confidence.dtype, device=confidence.device)
+    t = value.to(dtype=confidence.dtype, device=confidence.device)
     if t.dim() == 0:
         return t.expand(confidence.shape[0]).unsqueeze(1)
     return t.reshape(-1, 1)
@@ -49,7 +52,9 @@ def _at_least_one(counts: torch.Tensor, n_cand: torch.Tensor) -> torch.Tensor:
 def topk_count(confidence: torch.Tensor, candidates: torch.Tensor, k: int | torch.Tensor) -> torch.Tensor:
     """Commit count of the fixed-step rule: min(k, #candidates) per row (k may be 0)."""
     n_cand = candidates.sum(dim=-1)
-    k_t = torch.as_tensor(k, device=confidence.device, dtype=n_cand.dtype).expand_as(n_cand)
+    if not isinstance(k, torch.Tensor):  # a Python int: no tensor copied to the device
+        return n_cand.clamp(max=max(int(k), 0))
+    k_t = k.to(device=confidence.device, dtype=n_cand.dtype).expand_as(n_cand)
     return k_t.clamp(min=0).minimum(n_cand)
 
 

@@ -107,6 +107,8 @@ class FeatureCache:
     ``length - prompt_length`` response slots, as the SlowFast copy of the published hook does.
     """
 
+    shorter_canvas = True  # a forward covers the canvas from position 0, possibly fewer positions than stored
+
     def __init__(self, prompt_length: int, refresh_layer0: bool = True, verify_compat: bool = False) -> None:
         self.prompt_length = prompt_length
         self.refresh_layer0 = refresh_layer0  # upstream's later fix; False reproduces the older behaviour

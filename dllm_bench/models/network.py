@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import ModelConfig
+from .host import host_reads_free
 
 # canonical parameter name -> checkpoint tensor name, per naming scheme ("{i}" = layer index)
 _LAYER_NAMES = {
@@ -284,7 +285,7 @@ class DiffusionLM(nn.Module):
         self.norm = RMSNorm(config.d_model, config.rms_norm_eps)
         self.lm_head = Linear(config.d_model, config.vocab_size, bias=False)
         self.tokenizer: Any = None  # set by load_model
-        self._rope_memo: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        self._rope_memo: tuple[torch.Tensor, torch.Tensor, torch.Tensor, bool] | None = None
         self._register_state_dict_hook(_to_checkpoint_names)
         self._register_load_state_dict_pre_hook(_from_checkpoint_names, with_module=True)
 
@@ -329,9 +330,10 @@ class DiffusionLM(nn.Module):
             attention_mask = attention_mask.to(device=input_ids.device).bool()
             if position_ids is None:
                 position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-        if position_ids is None:
+        arange = position_ids is None  # 0 .. s-1 in every row: the memo knows these without reading them
+        if arange:
             position_ids = torch.arange(s, device=input_ids.device).expand(b, s)
-        cos, sin = self._rope_tables(position_ids)
+        cos, sin = self._rope_tables(position_ids, arange)
         ctx = LayerContext(cos=cos, sin=sin, key_mask=attention_mask, start=q_lo, length=start + t - q_lo)
 
         h = self.embed(input_ids)
@@ -364,7 +366,7 @@ class DiffusionLM(nn.Module):
         if rows.shape != pos.shape or rows.dim() != 1:
             raise ValueError(f"logits_at needs two [n] index tensors, got shapes {tuple(rows.shape)} and {tuple(pos.shape)}")
         n = rows.numel()
-        if n and (int(pos.min()) < lo or int(pos.max()) >= hi):
+        if n and host_reads_free(pos.device) and (int(pos.min()) < lo or int(pos.max()) >= hi):  # a sync elsewhere
             raise ValueError(f"logits_at positions {int(pos.min())}..{int(pos.max())} are not inside the span [{lo}, {hi})")
         src = self._sources(rows, pos, attention_mask) if self.config.shift_logits else pos
         if 0 < n < self.head_min_rows:
@@ -372,16 +374,22 @@ class DiffusionLM(nn.Module):
             rows, src = rows[pick], src[pick]
         return self.lm_head(self.norm(h[rows, src - q_lo]))[:n]
 
-    def _rope_tables(self, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _rope_tables(self, position_ids: torch.Tensor, arange: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """cos/sin for ``position_ids`` in the rotation's dtype (float32 with ``rope_full_precision``, else the
-        model's), reused while the positions repeat (every step of one decode)."""
+        model's), reused while the positions repeat (every step of one decode).
+
+        ``arange``: the ids are 0 .. S-1 in every row, so the memo matches on shape alone; other ids are compared
+        only where that host read is free (the CPU), and computed afresh elsewhere."""
         memo = self._rope_memo
         dtype = torch.float32 if self.config.rope_full_precision else self.dtype
         if (memo is not None and memo[0].shape == position_ids.shape and memo[0].device == position_ids.device
-                and memo[1].dtype == dtype and torch.equal(memo[0], position_ids)):
-            return memo[1], memo[2]
+                and memo[1].dtype == dtype):
+            if arange and memo[3]:
+                return memo[1], memo[2]
+            if not arange and not memo[3] and host_reads_free(position_ids.device) and torch.equal(memo[0], position_ids):
+                return memo[1], memo[2]
         cos, sin = rope_cos_sin(position_ids, self.config.head_dim, self.config.rope_theta, dtype)
-        self._rope_memo = (position_ids.clone(), cos, sin)
+        self._rope_memo = (position_ids if arange else position_ids.clone(), cos, sin, arange)
         return cos, sin
 
     @staticmethod
@@ -400,7 +408,8 @@ class DiffusionLM(nn.Module):
         if attention_mask is not None:
             return attention_mask.shape[1]
         if cache is not None and getattr(cache, "length", 0):
-            return cache.length
+            # a dLLM-Cache forward covers the canvas from 0, and may be shorter than the stored one (SlowFast's cut)
+            return start + t if getattr(cache, "shorter_canvas", False) else cache.length
         return start + t
 
     def num_parameters(self) -> int:

@@ -52,9 +52,17 @@ def _seed_everything(seed: int) -> None:
         pass
 
 
-def _sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
+def _sync(engine: Engine) -> None:
+    """Wait for the engine's own device (a run on cuda:1 times cuda:1, not cuda:0); every GPU when it names none."""
+    device = getattr(engine, "device", None)
+    if device is None:
+        if torch.cuda.is_available():
+            for i in range(torch.cuda.device_count()):
+                torch.cuda.synchronize(i)
+        return
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def selected_indices(n_docs: int, offset: int, limit: int | None) -> list[int]:
@@ -98,14 +106,14 @@ def _generate(engine: Engine, task: Task, docs: list[dict], indices: list[int], 
     seeds = row_seeds(c["seed"], indices)
     stop_strings = tuple(task.stop_strings_for(chat))
     extra = engine.prepare([render_prompt(task, d, engine.tokenizer, chat) for d in docs], docs, seeds)
-    _sync()
+    _sync(engine)
     start = time.perf_counter()
     prompts = [render_prompt(task, doc, engine.tokenizer, chat) for doc in docs]
     gens = engine.generate(prompts, docs, seeds, stop_strings, **extra)
     texts = [completion_texts(g.ids, engine.tokenizer, engine.stop_token_ids, stop_strings) for g in gens]
     eos = eos_token_id(engine.tokenizer, engine.stop_token_ids)
     papers = [paper_completion(raw, engine.tokenizer, stop_strings, eos) for _, raw in texts]
-    _sync()
+    _sync(engine)
     return prompts, gens, texts, papers, time.perf_counter() - start
 
 

@@ -1,27 +1,94 @@
-"""scripts/gpu_check.py runs end to end at a tiny shape on CPU (its code paths, not its speed)."""
+"""scripts/gpu_check.py runs end to end on the CPU in bf16 at a mid shape (its code paths, not its speed), and its
+tiny-checkpoint check reproduces the CPU's recorded tokens."""
 
 from __future__ import annotations
 
 import json
 
 import pandas as pd
+import pytest
+import torch
 
+from dllm_bench.models import load_model
 from dllm_bench.report.estimate import read_speedups
 
 
-def test_gpu_check_runs_on_cpu_at_a_tiny_shape(load_script, tmp_path):
+@pytest.mark.slow
+def test_gpu_check_runs_on_cpu_in_bf16_at_a_mid_shape(load_script, tmp_path):
     gpu_check = load_script("gpu_check")
-    summary = gpu_check.main(["--device", "cpu", "--tiny", "--out", str(tmp_path), "--prompt", "24",
-                              "--answers", "16", "--forward-batches", "1", "2", "--generate-batches", "1", "2",
-                              "--gen", "16", "--block", "8", "--repeats", "1", "--agreement-rows", "3"])
-    assert json.loads((tmp_path / "gpu_summary.json").read_text()) == summary
+    summary = gpu_check.main(["--device", "cpu", "--dtype", "bfloat16", "--layers", "1", "--width", "128",
+                              "--out", str(tmp_path), "--prompt", "24", "--answers", "16", "--forward-batches", "1",
+                              "2", "--generate-batches", "1", "2", "--gen", "16", "--block", "8", "--big-batch", "2",
+                              "--big-prompt", "32", "--big-gen", "16", "--repeats", "1", "--agreement-rows", "3",
+                              "--tiny-rows", "2"])
+    assert json.loads((tmp_path / "gpu_summary.json").read_text()) == json.loads(json.dumps(summary))
+    assert [s["shape"] for s in summary["shapes"]] == ["llada-8b", "dream-7b"]  # LLaDA first
     for shape in ("dream-7b", "llada-8b"):
         fwd = pd.read_csv(tmp_path / f"gpu_forward_{shape}.csv")
-        assert set(fwd["cache"]) == {"none", "prefix", "dual", "dllm"} and (fwd["forward_ms"] > 0).all()
+        assert set(fwd["cache"]) == {"none", "prefix", "dual", "dllm"} and set(fwd["mask"]) == {True, False}
+        assert (fwd["forward_ms"] > 0).all()
+        sdpa = pd.read_csv(tmp_path / f"gpu_sdpa_{shape}.csv")
+        assert set(sdpa["call"]) == {"full", "prefix_step", "dual_step"}
+        assert set(sdpa.loc[sdpa["call"] == "dual_step", "queries"]) == {8}
+        assert sdpa["accepted"].any() and not sdpa["default"].str.startswith("unknown").any()
         gen = pd.read_csv(tmp_path / f"gpu_generate_{shape}.csv")
         assert list(gen["batch"]) == [1, 2] and (gen["tokens_per_s"] > 0).all()
     speedups = read_speedups(tmp_path)  # what reproduce_table.py --estimate reads from these files
     assert speedups.source == "gpu" and set(speedups.by_shape) == {"dream-7b", "llada-8b"} and speedups.batches() == [2]
     for s in summary["shapes"]:
-        assert s["skipped"] == [] and 0 <= s["batched_vs_alone_token_agreement"] <= 1
-        assert s["sdpa"]["accepted_ms"] and s["parameters"] > 126464 * 64  # the real vocabulary
+        assert s["dtype"] == "bfloat16" and s["layers"] == 1 and s["width"] == 128 and s["skipped"] == []
+        assert 0 <= s["batched_vs_alone_token_agreement"] <= 1 and s["big_decode"]["batch"] == 2
+        assert s["parameters"] > 126464 * 128  # the real vocabulary
+    tiny = summary["tiny_checkpoints_vs_cpu"]
+    # the same machine: float32 and bf16 give the recorded tokens exactly (a GPU reports its own rates)
+    assert all(v["tokens"] == 1.0 and v["rows"] == 2 for per in tiny.values() for v in per.values())
+
+
+def test_a_skipped_step_leaves_a_csv_with_its_header(load_script, tmp_path):
+    gpu_check = load_script("gpu_check")
+    gpu_check.write_csv([], gpu_check.GENERATE_COLUMNS, tmp_path / "gpu_generate_llada-8b.csv")
+    assert list(pd.read_csv(tmp_path / "gpu_generate_llada-8b.csv").columns) == gpu_check.GENERATE_COLUMNS
+    assert read_speedups(tmp_path) is None  # no rows: no speed-up, and no EmptyDataError
+
+
+@pytest.mark.parametrize("flavour", ["llada", "dream"])
+def test_tiny_checkpoints_load_without_tokenizer_or_safetensors_as_load_model(load_script, flavour):
+    gpu_check = load_script("gpu_check")
+    ours = gpu_check.load_tiny(flavour, torch.device("cpu"), torch.float32).state_dict()
+    ref = load_model(gpu_check.CHECKPOINTS / f"tiny_{flavour}", device="cpu", dtype="float32").state_dict()
+    assert ours.keys() == ref.keys() and all(torch.equal(ours[k], ref[k]) for k in ref)
+
+
+def test_bad_arguments_exit_2_before_any_work(load_script, capsys):
+    gpu_check = load_script("gpu_check")
+    with pytest.raises(SystemExit) as err:
+        gpu_check.main(["--device", "cpu", "--gen", "20", "--block", "8"])
+    assert err.value.code == 2 and "--gen 20" in capsys.readouterr().err
+
+
+BLOCKER = """
+import sys, importlib.abc
+BLOCKED = {"transformers", "tokenizers", "safetensors", "hydra", "omegaconf", "yaml", "huggingface_hub"}
+class Blocker(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ImportError("not on the GPU machine: " + name)
+sys.meta_path.insert(0, Blocker())
+import runpy, torch
+mod = runpy.run_path("scripts/gpu_check.py", run_name="gpu_check")
+model = mod["load_tiny"]("dream", torch.device("cpu"), torch.float32)
+print("ok", model.config.flavour)
+"""
+
+
+def test_gpu_check_needs_no_package_beyond_torch_numpy_pandas():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run([sys.executable, "-c", BLOCKER], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok dream", done.stderr[-2000:]

@@ -1,0 +1,136 @@
+"""GPU memory a decoding cell needs at a batch size, and whether it fits beside the weights.
+
+An upper bound from the shapes alone (bfloat16 weights and activations, nothing measured): the weights, the cache
+a forward keeps (K/V for prefix/dual, K/V and attention/FFN outputs for dLLM-Cache), one full forward's largest
+activations (the SwiGLU intermediate), the LM head's logits at every candidate of the first step (the whole
+window: all of the answer for Dream's policies, SlowFast ``dream`` and block = gen) and the confidence's scratch,
+which :func:`dllm_bench.decoding.confidence.candidate_predictions` bounds by taking the rows in chunks.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dllm_bench.decoding.confidence import CHUNK_BYTES
+from dllm_bench.models.config import ModelConfig
+
+CONFIGS = Path(__file__).resolve().parents[1] / "models" / "reference_configs"
+SHAPE_CONFIGS = {"llada-8b": CONFIGS / "llada-8b-instruct" / "config.json",
+                 "dream-7b": CONFIGS / "dream-v0-base-7b" / "config.json"}
+GPU_GIB = 80.0  # the papers' A100/H100 80 GB
+# float64-sized [rows, V] copies the confidence holds at once: top-1 (the logits' copy and its exp, in place)
+# vs the softmax measures (cast, log-softmax, its exp, the product; margin's softmax and top-2)
+SCRATCH_COPIES = {"top1_prob": 1, "random": 0, "margin": 3, "neg_entropy": 4}
+PRECISION_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}
+DREAM_MEASURES = {"origin": "random", "maskgit_plus": "top1_prob", "topk_margin": "margin", "entropy": "neg_entropy"}
+REMASKING_MEASURES = {"low_confidence": "top1_prob", "random": "random", "entropy": "neg_entropy"}
+GiB = 2**30
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """GiB per part and in all, for one decode at ``batch`` rows."""
+
+    batch: int
+    window: int
+    weights: float
+    cache: float
+    activations: float
+    logits: float
+    confidence: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.cache + self.activations + self.logits + self.confidence
+
+    def fits(self, capacity: float = GPU_GIB) -> bool:
+        return self.total <= capacity
+
+
+def shape_config(shape: str) -> ModelConfig:
+    """The model config of a GPU-check shape name (llada-8b, dream-7b)."""
+    return ModelConfig.from_hf_config(json.loads(SHAPE_CONFIGS[shape].read_text()), name_or_path=shape)
+
+
+def parameters(cfg: ModelConfig) -> int:
+    """Parameter count of the network from its config."""
+    d, hd = cfg.d_model, cfg.head_dim
+    attn = d * cfg.n_heads * hd * 2 + d * cfg.n_kv_heads * hd * 2
+    bias = (cfg.n_heads + 2 * cfg.n_kv_heads) * hd if cfg.qkv_bias else 0
+    return 2 * cfg.vocab_size * d + cfg.n_layers * (attn + bias + 3 * d * cfg.mlp_hidden_size + 2 * d) + d
+
+
+def window_length(config: dict[str, Any]) -> int:
+    """Answer positions whose logits one step may take: the whole answer for Dream's policies and SlowFast
+    ``dream`` (no blocks), else a block."""
+    policy = config["policy"]
+    whole = policy["name"] in ("dream", "dream_threshold") or policy.get("variant") == "dream"
+    return int(config["gen_length"]) if whole else int(config["block_length"])
+
+
+def measure(config: dict[str, Any]) -> str:
+    """The confidence measure a cell ranks by."""
+    policy, rule = config["policy"], config.get("rule") or {}
+    if policy["name"] == "dream":
+        return DREAM_MEASURES[policy.get("alg", "maskgit_plus")]
+    if rule.get("name") == "topk":
+        return REMASKING_MEASURES[rule.get("remasking", "low_confidence")]
+    return "top1_prob"
+
+
+def decode_memory(cfg: ModelConfig, config: dict[str, Any], batch: int, prompt: int,
+                  chunk_bytes: int | None = CHUNK_BYTES) -> MemoryEstimate:
+    """Memory of one decode of a composed run ``config`` at ``batch`` rows and ``prompt`` prompt ids, in bf16;
+    ``chunk_bytes=None``: the confidence over the whole window at once (before the chunking)."""
+    S = prompt + int(config["gen_length"])
+    window = window_length(config)
+    hd, V = cfg.head_dim, cfg.vocab_size
+    cache = config["cache"]["name"]
+    kv = 2 * cfg.n_layers * batch * cfg.n_kv_heads * S * hd * 2
+    cache_bytes = {"none": 0, "prefix": kv, "dual": kv, "dllm": kv + 2 * cfg.n_layers * batch * S * cfg.d_model * 2}[cache]
+    activations = 3 * batch * S * cfg.mlp_hidden_size * 2 + 4 * batch * S * cfg.d_model * 2
+    rows = batch * window
+    logits = rows * V * 2
+    precision = PRECISION_BYTES.get(str(config.get("confidence_precision", "float64")), 2)
+    copies = SCRATCH_COPIES[measure(config)]
+    scratch_rows = rows if chunk_bytes is None else min(rows, max(1, chunk_bytes // (8 * V)))
+    confidence = copies * scratch_rows * V * precision
+    return MemoryEstimate(batch, window, parameters(cfg) * 2 / GiB, cache_bytes / GiB, activations / GiB,
+                          logits / GiB, confidence / GiB)
+
+
+def cell_memory(spec, batch: int, prompt: int, chunk_bytes: int | None = CHUNK_BYTES) -> list[tuple[Any, MemoryEstimate]]:
+    """(cell, estimate) for every runnable cell of a table at ``batch`` rows and ``prompt`` prompt ids."""
+    from dllm_bench.report.runs import compose_configs
+    from dllm_bench.report.tables import table_cells
+
+    cells = [c for c in table_cells(spec) if c.unavailable is None]
+    configs = compose_configs([(spec.preset, c.overrides) for c in cells])
+    shapes = {name: shape_config(name) for name in SHAPE_CONFIGS}
+    return [(c, decode_memory(shapes["dream-7b" if conf["model"].get("flavour") == "dream" else "llada-8b"], conf,
+                              batch, prompt, chunk_bytes)) for c, conf in zip(cells, configs)]
+
+
+def memory_report(specs, batch: int, prompt: int = 1024, capacity: float = GPU_GIB) -> str:
+    """Lines for ``--estimate``: each GPU table's largest cell at ``batch`` rows, and a warning for every cell
+    that will not fit in ``capacity`` GiB."""
+    lines = [f"Memory at batch {batch}, prompt {prompt}, bf16 (an upper bound from the shapes, "
+             f"dllm_bench/report/memory.py; {capacity:.0f} GiB per GPU):"]
+    for spec in specs:
+        if not spec.needs_gpu:
+            continue
+        estimates = cell_memory(spec, batch, prompt)
+        if not estimates:
+            continue
+        cell, worst = max(estimates, key=lambda ce: ce[1].total)
+        lines.append(f"- {spec.name}: largest {worst.total:.1f} GiB ({cell.row[0]} / {cell.col[0]}: weights "
+                     f"{worst.weights:.1f}, cache {worst.cache:.1f}, activations {worst.activations:.1f}, logits "
+                     f"{worst.logits:.1f}, confidence {worst.confidence:.1f}; window {worst.window})")
+        for c, e in estimates:
+            if not e.fits(capacity):
+                lines.append(f"  WARNING: {spec.name} {c.row[0]} / {c.col[0]} needs {e.total:.1f} GiB at batch "
+                             f"{batch}: it will not fit in {capacity:.0f} GiB; use a smaller batch_size")
+    return "\n".join(lines)

@@ -1,0 +1,73 @@
+"""Host-device syncs per decoding step stay within budget on the accelerator's code path (counted on CPU
+tensors: a sync is defined by the op), and that path decodes the same tokens and NFE as the CPU's."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import pytest
+import torch
+
+from dllm_bench.decoding import generate
+from dllm_bench.decoding.syncs import SyncCounter
+from dllm_bench.models.host import accelerator_path
+
+GEN, BLOCK = 32, 8
+
+
+@pytest.fixture(scope="module")
+def counting(load_script):
+    return load_script("count_syncs")
+
+
+@cache
+def _model(counting, flavour):
+    return counting.tiny_model(flavour)
+
+
+def _settings():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "count_syncs.py"
+    spec = importlib.util.spec_from_file_location("count_syncs_settings", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return list(module.SETTINGS)
+
+
+@pytest.mark.parametrize("setting", _settings())
+def test_batch_1_stays_within_the_sync_budget_with_the_cpu_path_tokens(counting, setting):
+    model = _model(counting, counting.SETTINGS[setting][0])
+    prompts = counting.sudoku_prompts(model, 1)
+    spec = counting.decode_spec(setting, GEN, BLOCK)
+    counted = counting.count(model, prompts, spec)
+    budget = counting.SETTINGS[setting][-1]
+    assert counted["total"] <= budget * counted["steps"], (setting, counted["by_op"])
+    with torch.no_grad():
+        cpu = generate(model, prompts, None, spec)
+    assert torch.equal(counted["tokens"], cpu.tokens) and counted["nfe"] == [r.nfe for r in cpu.records]
+
+
+def test_the_counter_counts_each_kind_of_host_read():
+    x = torch.arange(6)
+    with SyncCounter() as c:
+        bool(x.any()), int(x[0]), x.sum().item(), x.tolist(), x.nonzero(), x[x > 2], torch.bincount(x)
+        torch.equal(x, x), x.cpu(), torch.as_tensor(0.5), torch.tensor([1, 2])
+        x + 1, x[1:3], torch.where(x > 2, x, 0), torch.full((2,), 0.5)  # none of these
+    assert c.total == 11, c.by_op
+
+
+def test_the_accelerator_path_decodes_a_padded_batch_as_the_cpu_path(counting):
+    from .conftest import left_pad
+
+    model = _model(counting, "llada")
+    rows = counting.sudoku_prompts(model, 3).tolist()
+    ids, mask = left_pad([rows[0], rows[1][3:], rows[2][5:]], model.config.pad_token_id)
+    for setting in ("blocks/threshold/dual", "blocks/frechet/prefix", "blocks/threshold/dllm"):
+        spec = counting.decode_spec(setting, GEN, BLOCK)
+        with torch.no_grad():
+            cpu = generate(model, ids, mask, spec)
+            with accelerator_path():
+                acc = generate(model, ids, mask, spec)
+        assert torch.equal(acc.tokens, cpu.tokens) and [r.nfe for r in acc.records] == [r.nfe for r in cpu.records]
