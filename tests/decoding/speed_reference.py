@@ -46,6 +46,8 @@ from dllm_bench.tiny.encoding import DEFAULT_GEN_LENGTH, encode_batch  # noqa: E
 
 FIXTURE = ROOT / "tests" / "fixtures" / "speed_tokens.json"
 CHECKPOINTS = ROOT / "dllm_bench" / "tiny" / "checkpoints"
+# dLLM-Cache intervals the fixtures were recorded at (the class defaults then; conf/cache/dllm.yaml's 100/6 since)
+RECORDED_CACHE_PARAMS = {"dllm": {"prompt_interval": 50, "response_interval": 7}}
 TINY_BLOCK = 8
 RULES = {
     "sequential": ("blocks", {"steps": DEFAULT_GEN_LENGTH}, "topk", {}),
@@ -88,8 +90,8 @@ def tiny_runs(flavour: str, limit: int | None = None, current: bool = False) -> 
         for cache in caches if policy != "dream" else ("none",):
             block = DEFAULT_GEN_LENGTH if policy == "dream" else TINY_BLOCK
             decoding = Decoding(DEFAULT_GEN_LENGTH, block, build_policy(policy, **pparams),
-                                build_selector(selector, **sparams) if selector else None, build_cache(cache),
-                                early_stop=True)
+                                build_selector(selector, **sparams) if selector else None,
+                                build_cache(cache, **RECORDED_CACHE_PARAMS.get(cache, {})), early_stop=True)
             res = generate(model, prompts, torch.ones_like(prompts), DecodeSpec(decoding, confidence))
             out[f"{flavour}/{name}/{cache}"] = digest(res.tokens, [r.nfe for r in res.records])
     if flavour == "llada":  # the sampled path (Gumbel noise per row)
