@@ -301,21 +301,21 @@ def print_estimates(specs: list[TableSpec], limit: int | None = None, batch: int
         print(f"| {spec.name} | {counted + unknown} | {hours:.1f}{extra} | {batched:.1f} | {ratio:.3f} | "
               f"{'met' if ratio <= TARGET_RATIO else 'not met'} | {needed} |")
     if speedups is None or batch is None:
-        print("\n" + memory_report(specs, batch or MEMORY_BATCH))
         print("\nBatched mode: no measured batch speed-up under "
               f"{bench_dir} (run `make bench`, i.e. scripts/bench_batch.py, or scripts/gpu_check.py on a GPU).")
+        print("\n" + memory_report(specs, batch or MEMORY_BATCH))
         return
     if verdicts:
         ratio = batched_all / single_all if single_all else float("nan")
         print(f"| all GPU tables | {cells_all} | {single_all:.1f} | {batched_all:.1f} | {ratio:.3f} | "
               f"{'met' if ratio <= TARGET_RATIO else 'not met'} | |")
     print("\n" + _speedup_line(speedups, batch))
-    print("\n" + memory_report(specs, batch))
     missed = [name for name, r in verdicts if r > TARGET_RATIO]
     worst = max(verdicts, key=lambda v: v[1]) if verdicts else None
     print("Target: every table in the batched mode within 1/3 of its batch-1 GPU hours: "
           + ("met" + (f" (highest ratio {worst[1]:.3f}, {worst[0]})" if worst else "") if not missed
              else f"not met for {', '.join(missed)}") + ".")
+    print("\n" + memory_report(specs, batch))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -36,7 +36,9 @@ def estimate(load_script, capsys, *argv: str) -> tuple[dict[str, list[str]], lis
     lines = capsys.readouterr().out.splitlines()
     cells = [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines[2:] if line.startswith("| ")]
     rows = {c[0]: c for c in cells}
-    return rows, [line for line in lines if line and not line.startswith("|")]
+    memory = next((k for k, line in enumerate(lines) if line.startswith("Memory at batch")), len(lines))
+    assert memory < len(lines), "every estimate ends with the memory check"
+    return rows, [line for line in lines[:memory] if line and not line.startswith("|")]
 
 
 def expected(table: str, factor: float, timing_docs: int, limit: int | None = None) -> tuple[float, float]:
