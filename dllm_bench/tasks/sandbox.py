@@ -30,7 +30,7 @@ from dataclasses import dataclass, fields
 from functools import lru_cache
 from pathlib import Path
 
-from dllm_bench.tasks.sandbox_cgroup import SampleCgroup, start_watchdog
+from dllm_bench.tasks.sandbox_cgroup import SampleCgroup, pid_alive, start_watchdog
 
 OUTPUT_CAP_BYTES = 8192
 NONCE_BYTES = 32
@@ -520,18 +520,8 @@ def _remove_stale_dirs(min_age_s: float = 60.0) -> None:
             old = time.time() - path.stat().st_mtime > min_age_s
         except OSError:
             continue
-        if pid.isdigit() and old and not _pid_alive(int(pid)):
+        if pid.isdigit() and old and not pid_alive(int(pid)):
             shutil.rmtree(path, ignore_errors=True)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _reap(proc: subprocess.Popen) -> None:

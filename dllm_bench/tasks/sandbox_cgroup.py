@@ -115,7 +115,8 @@ def capabilities() -> frozenset[str]:
     return frozenset(n for h in hierarchies() for n in h.provides)
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (signal 0; a process of another user counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -137,7 +138,7 @@ def _sweep() -> None:
             continue
         for entry in entries:
             pid = entry.name[len(PREFIX):].split("-", 1)[0] if entry.name.startswith(PREFIX) else ""
-            if pid.isdigit() and not _alive(int(pid)):
+            if pid.isdigit() and not pid_alive(int(pid)):
                 stale.setdefault(entry.name, []).append((h, entry))
     for dirs in stale.values():
         SampleCgroup(dirs).remove(limit_s=1.0)
