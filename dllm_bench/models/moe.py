@@ -25,24 +25,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import ConfigError, ModelConfig, _looks_instruct
-from .network import Block, DiffusionLM, LayerContext, Linear, RMSNorm, rotate_half
+from .cpu_linear import Linear
+from .network import Block, DiffusionLM, LayerContext, RMSNorm, rotate_half
+from .tensor_names import speak_moe_names
 
 # LLaDA-MoE's config.json has no mask id; dInfer decodes with mask_id=156895, eos_id=156892
 # (benchmarks/benchmark.py, tests/test_llada_moe.py @ fce4e328)
 LLADA_MOE_MASK_ID = 156895
 MOE_ARCHITECTURES = ("LLaDAMoEModel", "LLaDAMoEModelLM")
-
-# our layer-module prefix -> the checkpoint's (model.layers.{i}.<prefix>...)
-_LAYER_PREFIXES = {
-    "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
-    "q_proj": "self_attn.q_proj", "k_proj": "self_attn.k_proj", "v_proj": "self_attn.v_proj",
-    "o_proj": "self_attn.o_proj", "q_norm": "self_attn.q_norm", "k_norm": "self_attn.k_norm",
-    "gate": "mlp.gate", "experts": "mlp.experts", "expert_bias": "mlp.expert_bias",
-    "gate_proj": "mlp.gate_proj", "up_proj": "mlp.up_proj", "down_proj": "mlp.down_proj",
-    "shared_expert": "shared_expert",
-}
-_TOP_NAMES = {"embed.weight": "model.embed_tokens.weight", "norm.weight": "model.norm.weight",
-              "lm_head.weight": "lm_head.weight"}
 
 
 def is_moe_config(raw: dict[str, Any]) -> bool:
@@ -249,31 +239,6 @@ class MoEBlock(Block):
         return out
 
 
-def moe_checkpoint_name(canonical: str) -> str:
-    """``layers.3.experts.5.up_proj.weight`` -> ``model.layers.3.mlp.experts.5.up_proj.weight``."""
-    if canonical in _TOP_NAMES:
-        return _TOP_NAMES[canonical]
-    _, idx, rest = canonical.split(".", 2)
-    head, _, tail = rest.partition(".")
-    return f"model.layers.{idx}.{_LAYER_PREFIXES[head]}" + (f".{tail}" if tail else "")
-
-
-def moe_canonical_name(ckpt: str) -> str | None:
-    """Inverse of :func:`moe_checkpoint_name`; None for a name the layout does not have."""
-    for canon, name in _TOP_NAMES.items():
-        if ckpt == name:
-            return canon
-    if not ckpt.startswith("model.layers."):
-        return None
-    idx, _, rest = ckpt[len("model.layers."):].partition(".")
-    if not idx.isdigit():
-        return None
-    for ours, theirs in sorted(_LAYER_PREFIXES.items(), key=lambda kv: -len(kv[1])):
-        if rest == theirs or rest.startswith(theirs + "."):
-            return f"layers.{idx}.{ours}{rest[len(theirs):]}"
-    return None
-
-
 class MoEDiffusionLM(DiffusionLM):
     """LLaDA-MoE masked-diffusion model; ``state_dict()`` uses the published checkpoint's tensor names."""
 
@@ -286,19 +251,5 @@ class MoEDiffusionLM(DiffusionLM):
         self.lm_head = Linear(config.d_model, config.vocab_size, bias=False)
         self.tokenizer: Any = None
         self._rope_memo = None
-        self._register_state_dict_hook(_to_checkpoint_names)
-        self._register_load_state_dict_pre_hook(_from_checkpoint_names, with_module=True)
+        speak_moe_names(self)
 
-
-def _to_checkpoint_names(module: MoEDiffusionLM, state_dict: dict, prefix: str, local_metadata: Any) -> dict:
-    for key in list(state_dict):
-        if key.startswith(prefix):
-            state_dict[prefix + moe_checkpoint_name(key[len(prefix):])] = state_dict.pop(key)
-    return state_dict
-
-
-def _from_checkpoint_names(module: MoEDiffusionLM, state_dict: dict, prefix: str, *args: Any) -> None:
-    for key in list(state_dict):
-        canon = moe_canonical_name(key[len(prefix):]) if key.startswith(prefix) else None
-        if canon is not None:
-            state_dict[prefix + canon] = state_dict.pop(key)

@@ -22,7 +22,8 @@ from safetensors.torch import load_file
 from dllm_bench.models import load_model
 from dllm_bench.models.cache import FeatureCache, KVCache
 from dllm_bench.models.config import ConfigError, ModelConfig
-from dllm_bench.models.moe import MoEConfig, MoEDiffusionLM, moe_canonical_name, moe_checkpoint_name
+from dllm_bench.models.moe import MoEConfig, MoEDiffusionLM
+from dllm_bench.models.tensor_names import moe_canonical_name, moe_checkpoint_name
 from dllm_bench.models.tiny_moe import make_random_moe_checkpoint
 
 GOLDEN = Path(__file__).parents[1] / "fixtures" / "llada_moe_published_logits.safetensors"
