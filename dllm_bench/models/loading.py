@@ -43,7 +43,7 @@ def load_model(
     ``device="meta"`` builds the architecture only (no weights read). ``instruct`` overrides whether the chat
     template applies (default: the config/name says Instruct). ``rope_full_precision`` overrides where RoPE
     rotates: True = float32, False = the model dtype; None = as the published model code does for this
-    checkpoint (LLaDA: its config key, default True; Dream: the model dtype), which gives its logits bit for bit
+    checkpoint (LLaDA: its config key, default True; Dream and LLaDA-MoE: the model dtype), which gives its logits bit for bit
     on the CPU (tests/models/test_published_logits.py); on a GPU, where cuBLAS picks kernels by shape, only
     agreement to rounding is claimed.
     """

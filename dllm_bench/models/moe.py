@@ -4,7 +4,8 @@ Each layer differs from the dense one in three places, as in the published model
 ``tools/modeling_fused_lladamoe.py``, the unfused ``LLaDAMoESparseMoeBlock``):
 
 - attention: an RMSNorm over each head of q and of k (``qk_layernorm``), then q, k and v clamped to
-  ``[-clip_qkv, clip_qkv]``; RoPE in the model's dtype (cos/sin are cast to it), not in float32;
+  ``[-clip_qkv, clip_qkv]``; RoPE in the model's dtype (cos/sin are cast to it), not in float32, unless
+  ``rope_full_precision`` asks for float32 (``load_model(..., rope_full_precision=True)``, as for Dream);
 - the MLP of a MoE layer: router logits -> softmax in float32 -> (+ expert bias, if the checkpoint has one) ->
   top-k; the top-k probabilities are used as they are (the published block never normalises them, whatever
   ``norm_topk_prob`` says), cast to the model dtype, and each expert's weighted output is added into the
@@ -26,7 +27,7 @@ from torch import nn
 
 from .config import ConfigError, ModelConfig, _looks_instruct
 from .cpu_linear import Linear
-from .network import Block, DiffusionLM, LayerContext, RMSNorm, rotate_half
+from .network import Block, DiffusionLM, RMSNorm
 from .tensor_names import speak_moe_names
 
 # LLaDA-MoE's config.json has no mask id; dInfer decodes with mask_id=156895, eos_id=156892
@@ -103,6 +104,7 @@ class MoEConfig(ModelConfig):
             pad_token_id=int(cfg["pad_token_id"]) if cfg.get("pad_token_id") is not None else eos,
             bos_token_id=int(cfg["bos_token_id"]) if cfg.get("bos_token_id") is not None else None,
             qkv_bias=False,
+            rope_full_precision=False,  # the published file casts cos/sin to the model dtype and rotates there
             tensor_naming="llama",
             max_sequence_length=int(cfg.get("max_position_embeddings", 4096)),
             name_or_path=name_or_path,
@@ -132,14 +134,9 @@ class SwiGLU(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
-def rope_in_dtype(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """RoPE with cos/sin cast to x's dtype and the products taken in it (LLaDA-MoE's rotary, unlike LLaDA's)."""
-    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-    return x * cos + rotate_half(x) * sin
-
-
 class MoEBlock(Block):
-    """One LLaDA-MoE layer: :class:`Block`'s pieces with qk-norm, clipping, dtype RoPE and an expert MLP."""
+    """One LLaDA-MoE layer: :class:`Block`'s pieces with qk-norm, clipping and an expert MLP (attention and RoPE
+    are :class:`Block`'s: the rotation's dtype is the config's ``rope_full_precision``, False as published)."""
 
     def __init__(self, cfg: MoEConfig, layer: int) -> None:
         nn.Module.__init__(self)  # Block's dense MLP is not built: a MoE layer has experts instead
@@ -186,26 +183,6 @@ class MoEBlock(Block):
 
     def value(self, h: torch.Tensor) -> torch.Tensor:
         return self._heads(self._clip(self.v_proj(self.attn_norm(h))), self.n_kv_heads)
-
-    def attend(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: LayerContext, q_index: torch.Tensor | None = None,
-        keys_rotated: bool = False,
-    ) -> torch.Tensor:
-        """As :meth:`Block.attend`, with RoPE in the model dtype."""
-        q = rope_in_dtype(q, *ctx.query_rope(q_index))
-        if not keys_rotated:
-            k = rope_in_dtype(k, ctx.cos, ctx.sin)
-        mask = None if ctx.key_mask is None else ctx.key_mask[:, None, None, :]
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.n_kv_heads != self.n_heads)
-        b, _, t, _ = out.shape
-        return self.o_proj(out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
-
-    def forward(self, h: torch.Tensor, ctx: LayerContext, kv_update: Any = None) -> torch.Tensor:
-        q, k, v = self.qkv(h)
-        if kv_update is None:
-            return self._finish(h, self.attend(q, k, v, ctx))
-        k, v = kv_update(rope_in_dtype(k, *ctx.query_rope()), v)
-        return self._finish(h, self.attend(q, k, v, ctx, keys_rotated=True))
 
     def ffn(self, h: torch.Tensor) -> torch.Tensor:
         """MLP output [B, T, d]: the routed experts plus the shared one (MoE layer), or a SwiGLU (dense layer)."""
