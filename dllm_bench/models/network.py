@@ -8,6 +8,9 @@ predict token i".
 Caching is an argument, not a second copy of the model: ``forward(..., cache=obj)`` hands each layer to
 ``obj.run_layer``, which runs the same :class:`Block` pieces (``qkv``, ``attend``, ``ffn``) on whichever
 positions it decides to recompute (see :mod:`dllm_bench.models.cache`).
+
+Beside the math: checkpoint tensor names live in :mod:`.tensor_names`, and :class:`Linear` (``nn.Linear`` with a
+faster CPU product, the same values) in :mod:`.cpu_linear`.
 """
 
 from __future__ import annotations
