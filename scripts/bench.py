@@ -27,7 +27,7 @@ from dllm_bench.decoding.selectors import (
     threshold_commit_mask,
     topk_commit_mask,
 )
-from dllm_bench.models import DiffusionLM, FeatureCache, KVCache, ModelConfig, network
+from dllm_bench.models import DiffusionLM, FeatureCache, KVCache, ModelConfig, cpu_linear
 from dllm_bench.models.random_weights import random_network
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,7 +42,7 @@ SHAPES = {
 
 
 LINEAR_PRODUCTS = ("auto", "f_linear")
-DEFAULT_WX_MIN_ROWS = network.WX_MIN_ROWS
+DEFAULT_WX_MIN_ROWS = cpu_linear.WX_MIN_ROWS
 
 
 def sync(device: torch.device) -> None:
@@ -51,11 +51,11 @@ def sync(device: torch.device) -> None:
 
 
 def use_linear_product(name: str) -> None:
-    """'auto': the network's Linear (W @ x.T from ``network.WX_MIN_ROWS`` rows on the CPU); 'f_linear':
+    """'auto': the network's Linear (W @ x.T from ``cpu_linear.WX_MIN_ROWS`` rows on the CPU); 'f_linear':
     F.linear for every product, the A/B baseline (same bits from 12 rows up, tests/models/test_linear.py)."""
     if name not in LINEAR_PRODUCTS:
         raise ValueError(f"linear product {name!r} is not one of {LINEAR_PRODUCTS}")
-    network.WX_MIN_ROWS = DEFAULT_WX_MIN_ROWS if name == "auto" else 2**62
+    cpu_linear.WX_MIN_ROWS = DEFAULT_WX_MIN_ROWS if name == "auto" else 2**62
 
 
 def build_model(shape: str, device: torch.device, dtype: torch.dtype) -> DiffusionLM:

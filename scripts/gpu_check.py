@@ -1,5 +1,5 @@
-"""GPU check of the decoding engine at the real LLaDA-8B and Dream-7B shapes (random weights, nothing downloaded),
-and of the shipped tiny checkpoints' tokens against the CPU's.
+"""GPU check of the decoding engine at the real LLaDA-8B and Dream-7B shapes and an assumed LLaDA-MoE-7B-A1B shape
+(random weights, nothing downloaded), and of the shipped tiny checkpoints' tokens against the CPU's.
 
 Per shape (LLaDA first), each step skipped once ``--budget-s`` is spent and the summary rewritten after each shape:
 per-forward latency of none/prefix/dual/dllm with the decoder's attention mask (a padded batch's) and without it
@@ -50,7 +50,22 @@ from dllm_bench.models.config import ModelConfig  # noqa: E402
 from dllm_bench.models.random_weights import random_network  # noqa: E402
 
 CONFIGS = ROOT / "dllm_bench" / "models" / "reference_configs"
-SHAPES = {"llada-8b": CONFIGS / "llada-8b-instruct" / "config.json", "dream-7b": CONFIGS / "dream-v0-base-7b" / "config.json"}
+# LLaDA-MoE-7B-A1B has no config.json in any public code this project could read (docs/models.md), so its shape is
+# assumed: OLMoE-1B-7B's layout (dInfer python/dinfer/model/configuration_olmoe.py defaults: hidden 2048, 16 layers,
+# 16 heads, 64 experts top-8 of size 1024) with qk-norm, every layer MoE, and a 157184-row vocabulary holding
+# LLaDA-MoE's mask 156895 and eos 156892 (dInfer benchmarks); keys as tools/configuration_lladamoe.py names them
+LLADA_MOE_ASSUMED = {
+    "architectures": ["LLaDAMoEModelLM"], "model_type": "llada", "vocab_size": 157184, "hidden_size": 2048,
+    "num_hidden_layers": 16, "num_attention_heads": 16, "num_key_value_heads": 16, "num_experts": 64,
+    "num_experts_per_tok": 8, "expert_intermediate_size": 1024,
+    "shared_expert_intermediate_size": None, "moe_layer_freq": [1] * 16, "qk_layernorm": True, "clip_qkv": None,
+    "moe_router_enable_expert_bias": False, "rope_theta": 50000.0, "rms_norm_eps": 1e-5, "rope_scaling": None,
+    "partial_rotary_factor": 1.0, "hidden_act": "silu", "tie_word_embeddings": False, "attention_bias": False,
+    "max_position_embeddings": 8192, "mask_token_id": 156895, "eos_token_id": 156892, "pad_token_id": 156892,
+}
+# shape -> its config.json (a file of reference_configs/, or the dict above)
+SHAPES = {"llada-8b": CONFIGS / "llada-8b-instruct" / "config.json", "dream-7b": CONFIGS / "dream-v0-base-7b" / "config.json",
+          "llada-moe-7b": LLADA_MOE_ASSUMED}
 CHECKPOINTS = ROOT / "dllm_bench" / "tiny" / "checkpoints"
 TINY_FIXTURE = ROOT / "tests" / "fixtures" / "gpu_check_tiny_tokens.json"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -81,27 +96,38 @@ def peak_gib(device: torch.device) -> float | None:
     return round(torch.cuda.max_memory_allocated(device) / 2**30, 2) if device.type == "cuda" else None
 
 
+def shape_config(shape: str) -> dict:
+    """The config.json dict of a shape."""
+    source = SHAPES[shape]
+    return dict(source) if isinstance(source, dict) else json.loads(source.read_text())
+
+
 def resized(raw: dict, layers: int | None, width: int | None) -> dict:
     """The config with fewer layers and/or a narrower width (heads of 64, the same GQA grouping where it divides,
-    the same MLP ratio); the vocabulary stays the real one."""
+    the same MLP ratios, the experts' too); the vocabulary and the expert count stay the real ones."""
     raw = dict(raw)
     keys = ("d_model", "n_heads", "n_kv_heads", "mlp_hidden_size", "n_layers") if "d_model" in raw else (
         "hidden_size", "num_attention_heads", "num_key_value_heads", "intermediate_size", "num_hidden_layers")
     d, h, kv, mlp, n = keys
+    mlps = [k for k in (mlp, "dense_intermediate_size", "expert_intermediate_size", "shared_expert_intermediate_size")
+            if isinstance(raw.get(k), int) and raw[k] > 0]
     if layers is not None:
         raw[n] = layers
+        if isinstance(raw.get("moe_layer_freq"), list):
+            raw["moe_layer_freq"] = (raw["moe_layer_freq"] * layers)[:layers]
     if width is not None:
         heads = max(1, width // 64)
         group = raw[h] // (raw.get(kv) or raw[h])
         raw[kv] = heads // group if group <= heads and heads % group == 0 else 1
-        raw[mlp] = max(8, width * raw[mlp] // raw[d] // 8 * 8)
+        for key in mlps:
+            raw[key] = max(8, width * raw[key] // raw[d] // 8 * 8)
         raw[d], raw[h] = width, heads
     return raw
 
 
 def build_model(shape: str, device: torch.device, dtype: torch.dtype, layers: int | None, width: int | None) -> DiffusionLM:
     """The real config's architecture (optionally resized) with random weights on the device."""
-    raw = resized(json.loads(SHAPES[shape].read_text()), layers, width)
+    raw = resized(shape_config(shape), layers, width)
     return random_network(raw, f"random-{shape}", device, dtype)
 
 
@@ -244,7 +270,8 @@ def check_shape(shape: str, args, device: torch.device, dtype: torch.dtype, dead
     t0 = time.perf_counter()
     model = build_model(shape, device, dtype, args.layers, args.width)
     reset_peak(device)
-    summary = {"shape": shape, "parameters": model.num_parameters(), "layers": model.config.n_layers,
+    summary = {"shape": shape, "network": type(model).__name__, "parameters": model.num_parameters(),
+               "layers": model.config.n_layers,
                "width": model.config.d_model, "dtype": str(dtype).replace("torch.", ""),
                "build_s": round(time.perf_counter() - t0, 1), "skipped": []}
 
@@ -396,7 +423,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--layers", type=int, default=None, help="fewer layers than the real shape (tests)")
     ap.add_argument("--width", type=int, default=None, help="a narrower hidden size (heads of 64; tests)")
     ap.add_argument("--out", default=str(ROOT / "results" / "bench"))
-    ap.add_argument("--budget-s", type=float, default=400.0, help="start nothing new after this many seconds")
+    ap.add_argument("--budget-s", type=float, default=400.0,
+                    help="start nothing new after this many seconds (each shape gets its share, plus what earlier "
+                    "shapes left)")
     ap.add_argument("--prompt", type=int, default=512)
     ap.add_argument("--answers", type=int, nargs="+", default=[256, 512])
     ap.add_argument("--forward-batches", type=int, nargs="+", default=[1, 8])

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402
 
 from dllm_bench.decoding import DecodeSpec, Decoding, build_cache, build_policy, build_selector, generate  # noqa: E402
-from dllm_bench.models.network import Linear  # noqa: E402
+from dllm_bench.models.cpu_linear import Linear  # noqa: E402
 
 
 class MarkedNetwork(bench.TimedNetwork):

@@ -45,7 +45,7 @@ def probe() -> dict:
     import torch.nn.functional as F
 
     from dllm_bench.decoding.confidence import candidate_predictions
-    from dllm_bench.models import load_model, network
+    from dllm_bench.models import cpu_linear, load_model
     from dllm_bench.models.cache import least_similar_rows
 
     g = torch.Generator().manual_seed(7)
@@ -60,7 +60,7 @@ def probe() -> dict:
     new = torch.where(kind == 1, cached + ulp, torch.where(kind == 2, cached + 0.05 * randn(*cached.shape), cached))
     published = torch.topk(F.cosine_similarity(new, cached, dim=-1), 12, dim=-1, largest=False).indices.sort(-1).values
     # Linear at 12-64 rows (LM-head-sized weight in tiles) and F.linear
-    layer = network.Linear(512, 9000, bias=True)
+    layer = cpu_linear.Linear(512, 9000, bias=True)
     with torch.no_grad():
         layer.weight.copy_(randn(9000, 512) * 0.05)
         layer.bias.copy_(randn(9000))

@@ -16,7 +16,8 @@ from typing import Any
 import torch
 
 from .config import ConfigError, ModelConfig
-from .network import DiffusionLM, canonical_name
+from .network import DiffusionLM
+from .tensor_names import canonical_name
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"

@@ -52,7 +52,8 @@ class ModelConfig:
     eot_token_id: int | None = None  # end of turn: LLaDA <|eot_id|>, Dream <|im_end|>
     qkv_bias: bool = False
     # rotate q/k in float32 (True) or in the model dtype with cos/sin cast to it (False), as the published model
-    # file of the checkpoint does: LLaDA's config key (default True); Dream's and LLaDA-V's files: model dtype
+    # file of the checkpoint does: LLaDA's config key (default True); Dream's, LLaDA-V's and LLaDA-MoE's files: model
+    # dtype
     rope_full_precision: bool = True
     tensor_naming: str = "olmo"
     max_sequence_length: int = 4096

@@ -6,6 +6,7 @@ The checks and readers live in :mod:`dllm_bench.models.checkpoint`; a LLaDA-V di
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -29,6 +30,17 @@ from .moe import MoEConfig, MoEDiffusionLM, is_moe_config
 from .network import DiffusionLM
 
 
+def parse_config(raw: dict[str, Any], name_or_path: str = "") -> ModelConfig:
+    """The network config of a checkpoint's ``config.json`` (dense LLaDA / Dream, LLaDA-MoE or LLaDA-V's language
+    model) without reading anything else: a value the network does not compute raises ConfigError, in one line
+    naming the key (what a run's validation calls before any load)."""
+    if is_llada_v_config(raw):
+        from .llada_v import language_config
+
+        return language_config(raw, name_or_path=name_or_path)
+    return (MoEConfig if is_moe_config(raw) else ModelConfig).from_hf_config(raw, name_or_path=name_or_path)
+
+
 def load_model(
     name_or_path: str | Path,
     dtype: torch.dtype | str | None = None,
@@ -43,7 +55,9 @@ def load_model(
     ``device="meta"`` builds the architecture only (no weights read). ``instruct`` overrides whether the chat
     template applies (default: the config/name says Instruct). ``rope_full_precision`` overrides where RoPE
     rotates: True = float32, False = the model dtype; None = as the published model code does for this
-    checkpoint (LLaDA: its config key, default True; Dream: the model dtype), which gives its logits bit for bit.
+    checkpoint (LLaDA: its config key, default True; Dream and LLaDA-MoE: the model dtype), which gives its
+    logits bit for bit on the CPU (tests/models/test_published_logits.py); on a GPU, where cuBLAS picks kernels by
+    shape, only agreement to rounding is claimed.
     """
     directory = resolve_checkpoint_dir(name_or_path, revision)
     raw = read_config(directory)
@@ -54,7 +68,7 @@ def load_model(
                             rope_full_precision=rope_full_precision)
     device, dtype = resolve_device_dtype(device, dtype)
     moe = is_moe_config(raw)  # LLaDA-MoE: model_type "llada" too, told apart by its experts
-    config = (MoEConfig if moe else ModelConfig).from_hf_config(raw, name_or_path=str(name_or_path))
+    config = parse_config(raw, name_or_path=str(name_or_path))
     if instruct is not None:
         config.is_instruct = instruct
     if rope_full_precision is not None:

@@ -4,7 +4,8 @@ Each layer differs from the dense one in three places, as in the published model
 ``tools/modeling_fused_lladamoe.py``, the unfused ``LLaDAMoESparseMoeBlock``):
 
 - attention: an RMSNorm over each head of q and of k (``qk_layernorm``), then q, k and v clamped to
-  ``[-clip_qkv, clip_qkv]``; RoPE in the model's dtype (cos/sin are cast to it), not in float32;
+  ``[-clip_qkv, clip_qkv]``; RoPE in the model's dtype (cos/sin are cast to it), not in float32, unless
+  ``rope_full_precision`` asks for float32 (``load_model(..., rope_full_precision=True)``, as for Dream);
 - the MLP of a MoE layer: router logits -> softmax in float32 -> (+ expert bias, if the checkpoint has one) ->
   top-k; the top-k probabilities are used as they are (the published block never normalises them, whatever
   ``norm_topk_prob`` says), cast to the model dtype, and each expert's weighted output is added into the
@@ -25,24 +26,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import ConfigError, ModelConfig, _looks_instruct
-from .network import Block, DiffusionLM, LayerContext, Linear, RMSNorm, rotate_half
+from .cpu_linear import Linear
+from .network import Block, DiffusionLM, RMSNorm
+from .tensor_names import speak_moe_names
 
 # LLaDA-MoE's config.json has no mask id; dInfer decodes with mask_id=156895, eos_id=156892
 # (benchmarks/benchmark.py, tests/test_llada_moe.py @ fce4e328)
 LLADA_MOE_MASK_ID = 156895
 MOE_ARCHITECTURES = ("LLaDAMoEModel", "LLaDAMoEModelLM")
-
-# our layer-module prefix -> the checkpoint's (model.layers.{i}.<prefix>...)
-_LAYER_PREFIXES = {
-    "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
-    "q_proj": "self_attn.q_proj", "k_proj": "self_attn.k_proj", "v_proj": "self_attn.v_proj",
-    "o_proj": "self_attn.o_proj", "q_norm": "self_attn.q_norm", "k_norm": "self_attn.k_norm",
-    "gate": "mlp.gate", "experts": "mlp.experts", "expert_bias": "mlp.expert_bias",
-    "gate_proj": "mlp.gate_proj", "up_proj": "mlp.up_proj", "down_proj": "mlp.down_proj",
-    "shared_expert": "shared_expert",
-}
-_TOP_NAMES = {"embed.weight": "model.embed_tokens.weight", "norm.weight": "model.norm.weight",
-              "lm_head.weight": "lm_head.weight"}
 
 
 def is_moe_config(raw: dict[str, Any]) -> bool:
@@ -113,6 +104,7 @@ class MoEConfig(ModelConfig):
             pad_token_id=int(cfg["pad_token_id"]) if cfg.get("pad_token_id") is not None else eos,
             bos_token_id=int(cfg["bos_token_id"]) if cfg.get("bos_token_id") is not None else None,
             qkv_bias=False,
+            rope_full_precision=False,  # the published file casts cos/sin to the model dtype and rotates there
             tensor_naming="llama",
             max_sequence_length=int(cfg.get("max_position_embeddings", 4096)),
             name_or_path=name_or_path,
@@ -142,14 +134,9 @@ class SwiGLU(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
-def rope_in_dtype(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """RoPE with cos/sin cast to x's dtype and the products taken in it (LLaDA-MoE's rotary, unlike LLaDA's)."""
-    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-    return x * cos + rotate_half(x) * sin
-
-
 class MoEBlock(Block):
-    """One LLaDA-MoE layer: :class:`Block`'s pieces with qk-norm, clipping, dtype RoPE and an expert MLP."""
+    """One LLaDA-MoE layer: :class:`Block`'s pieces with qk-norm, clipping and an expert MLP (attention and RoPE
+    are :class:`Block`'s: the rotation's dtype is the config's ``rope_full_precision``, False as published)."""
 
     def __init__(self, cfg: MoEConfig, layer: int) -> None:
         nn.Module.__init__(self)  # Block's dense MLP is not built: a MoE layer has experts instead
@@ -197,26 +184,6 @@ class MoEBlock(Block):
     def value(self, h: torch.Tensor) -> torch.Tensor:
         return self._heads(self._clip(self.v_proj(self.attn_norm(h))), self.n_kv_heads)
 
-    def attend(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: LayerContext, q_index: torch.Tensor | None = None,
-        keys_rotated: bool = False,
-    ) -> torch.Tensor:
-        """As :meth:`Block.attend`, with RoPE in the model dtype."""
-        q = rope_in_dtype(q, *ctx.query_rope(q_index))
-        if not keys_rotated:
-            k = rope_in_dtype(k, ctx.cos, ctx.sin)
-        mask = None if ctx.key_mask is None else ctx.key_mask[:, None, None, :]
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.n_kv_heads != self.n_heads)
-        b, _, t, _ = out.shape
-        return self.o_proj(out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
-
-    def forward(self, h: torch.Tensor, ctx: LayerContext, kv_update: Any = None) -> torch.Tensor:
-        q, k, v = self.qkv(h)
-        if kv_update is None:
-            return self._finish(h, self.attend(q, k, v, ctx))
-        k, v = kv_update(rope_in_dtype(k, *ctx.query_rope()), v)
-        return self._finish(h, self.attend(q, k, v, ctx, keys_rotated=True))
-
     def ffn(self, h: torch.Tensor) -> torch.Tensor:
         """MLP output [B, T, d]: the routed experts plus the shared one (MoE layer), or a SwiGLU (dense layer)."""
         x = self.ffn_norm(h)
@@ -249,31 +216,6 @@ class MoEBlock(Block):
         return out
 
 
-def moe_checkpoint_name(canonical: str) -> str:
-    """``layers.3.experts.5.up_proj.weight`` -> ``model.layers.3.mlp.experts.5.up_proj.weight``."""
-    if canonical in _TOP_NAMES:
-        return _TOP_NAMES[canonical]
-    _, idx, rest = canonical.split(".", 2)
-    head, _, tail = rest.partition(".")
-    return f"model.layers.{idx}.{_LAYER_PREFIXES[head]}" + (f".{tail}" if tail else "")
-
-
-def moe_canonical_name(ckpt: str) -> str | None:
-    """Inverse of :func:`moe_checkpoint_name`; None for a name the layout does not have."""
-    for canon, name in _TOP_NAMES.items():
-        if ckpt == name:
-            return canon
-    if not ckpt.startswith("model.layers."):
-        return None
-    idx, _, rest = ckpt[len("model.layers."):].partition(".")
-    if not idx.isdigit():
-        return None
-    for ours, theirs in sorted(_LAYER_PREFIXES.items(), key=lambda kv: -len(kv[1])):
-        if rest == theirs or rest.startswith(theirs + "."):
-            return f"layers.{idx}.{ours}{rest[len(theirs):]}"
-    return None
-
-
 class MoEDiffusionLM(DiffusionLM):
     """LLaDA-MoE masked-diffusion model; ``state_dict()`` uses the published checkpoint's tensor names."""
 
@@ -286,19 +228,5 @@ class MoEDiffusionLM(DiffusionLM):
         self.lm_head = Linear(config.d_model, config.vocab_size, bias=False)
         self.tokenizer: Any = None
         self._rope_memo = None
-        self._register_state_dict_hook(_to_checkpoint_names)
-        self._register_load_state_dict_pre_hook(_from_checkpoint_names, with_module=True)
+        speak_moe_names(self)
 
-
-def _to_checkpoint_names(module: MoEDiffusionLM, state_dict: dict, prefix: str, local_metadata: Any) -> dict:
-    for key in list(state_dict):
-        if key.startswith(prefix):
-            state_dict[prefix + moe_checkpoint_name(key[len(prefix):])] = state_dict.pop(key)
-    return state_dict
-
-
-def _from_checkpoint_names(module: MoEDiffusionLM, state_dict: dict, prefix: str, *args: Any) -> None:
-    for key in list(state_dict):
-        canon = moe_canonical_name(key[len(prefix):]) if key.startswith(prefix) else None
-        if canon is not None:
-            state_dict[prefix + canon] = state_dict.pop(key)

@@ -8,6 +8,9 @@ predict token i".
 Caching is an argument, not a second copy of the model: ``forward(..., cache=obj)`` hands each layer to
 ``obj.run_layer``, which runs the same :class:`Block` pieces (``qkv``, ``attend``, ``ffn``) on whichever
 positions it decides to recompute (see :mod:`dllm_bench.models.cache`).
+
+Beside the math: checkpoint tensor names live in :mod:`.tensor_names`, and :class:`Linear` (``nn.Linear`` with a
+faster CPU product, the same values) in :mod:`.cpu_linear`.
 """
 
 from __future__ import annotations
@@ -20,69 +23,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import ModelConfig
+from .cpu_linear import Linear
 from .host import host_reads_free
-
-# canonical parameter name -> checkpoint tensor name, per naming scheme ("{i}" = layer index)
-_LAYER_NAMES = {
-    "olmo": {
-        "attn_norm.weight": "model.transformer.blocks.{i}.attn_norm.weight",
-        "q_proj.weight": "model.transformer.blocks.{i}.q_proj.weight",
-        "q_proj.bias": "model.transformer.blocks.{i}.q_proj.bias",
-        "k_proj.weight": "model.transformer.blocks.{i}.k_proj.weight",
-        "k_proj.bias": "model.transformer.blocks.{i}.k_proj.bias",
-        "v_proj.weight": "model.transformer.blocks.{i}.v_proj.weight",
-        "v_proj.bias": "model.transformer.blocks.{i}.v_proj.bias",
-        "o_proj.weight": "model.transformer.blocks.{i}.attn_out.weight",
-        "ffn_norm.weight": "model.transformer.blocks.{i}.ff_norm.weight",
-        "gate_proj.weight": "model.transformer.blocks.{i}.ff_proj.weight",
-        "up_proj.weight": "model.transformer.blocks.{i}.up_proj.weight",
-        "down_proj.weight": "model.transformer.blocks.{i}.ff_out.weight",
-    },
-    "llama": {
-        "attn_norm.weight": "model.layers.{i}.input_layernorm.weight",
-        "q_proj.weight": "model.layers.{i}.self_attn.q_proj.weight",
-        "q_proj.bias": "model.layers.{i}.self_attn.q_proj.bias",
-        "k_proj.weight": "model.layers.{i}.self_attn.k_proj.weight",
-        "k_proj.bias": "model.layers.{i}.self_attn.k_proj.bias",
-        "v_proj.weight": "model.layers.{i}.self_attn.v_proj.weight",
-        "v_proj.bias": "model.layers.{i}.self_attn.v_proj.bias",
-        "o_proj.weight": "model.layers.{i}.self_attn.o_proj.weight",
-        "ffn_norm.weight": "model.layers.{i}.post_attention_layernorm.weight",
-        "gate_proj.weight": "model.layers.{i}.mlp.gate_proj.weight",
-        "up_proj.weight": "model.layers.{i}.mlp.up_proj.weight",
-        "down_proj.weight": "model.layers.{i}.mlp.down_proj.weight",
-    },
-}
-_TOP_NAMES = {
-    "olmo": {
-        "embed.weight": "model.transformer.wte.weight",
-        "norm.weight": "model.transformer.ln_f.weight",
-        "lm_head.weight": "model.transformer.ff_out.weight",
-    },
-    "llama": {"embed.weight": "model.embed_tokens.weight", "norm.weight": "model.norm.weight", "lm_head.weight": "lm_head.weight"},
-}
-
-
-def checkpoint_name(canonical: str, naming: str) -> str:
-    """Map our parameter name (``layers.3.q_proj.weight``) to the checkpoint's tensor name."""
-    if canonical in _TOP_NAMES[naming]:
-        return _TOP_NAMES[naming][canonical]
-    _, idx, rest = canonical.split(".", 2)
-    return _LAYER_NAMES[naming][rest].format(i=idx)
-
-
-def canonical_name(ckpt: str, naming: str) -> str | None:
-    """Inverse of :func:`checkpoint_name`; None for a name that the scheme does not have."""
-    for canon, name in _TOP_NAMES[naming].items():
-        if ckpt == name:
-            return canon
-    for canon, pattern in _LAYER_NAMES[naming].items():
-        head, tail = pattern.split("{i}")
-        if ckpt.startswith(head) and ckpt.endswith(tail):
-            idx = ckpt[len(head) : len(ckpt) - len(tail)]
-            if idx.isdigit():
-                return f"layers.{idx}.{canon}"
-    return None
+from .tensor_names import speak_dense_names
 
 
 class RMSNorm(nn.Module):
@@ -143,59 +86,6 @@ class LayerContext:
             return self.cos[:, :, sl], self.sin[:, :, sl]
         gather = index[:, None, :, None].expand(-1, 1, -1, self.cos.shape[-1])
         return self.cos.gather(2, gather), self.sin.gather(2, gather)
-
-
-# the CPU float32 product is taken as W @ x.T from this many rows, for weights of this many entries, in tiles of
-# this many output features for large weights (see Linear)
-WX_MIN_ROWS = 16
-WX_MIN_WEIGHTS = 512 * 512
-WX_TILE_ROWS = 4096
-
-
-class Linear(nn.Linear):
-    """``nn.Linear`` whose CPU float32 product at ``WX_MIN_ROWS``+ rows is taken as (W @ x.T).T.
-
-    MKL's GEMM is 1.2-2.2x faster with the rows as its short side: the 16-96 rows of a cached step, or an LM
-    head over a block; the rows are padded to a multiple of 8 (up to 2x faster than 31 rows), and a weight with
-    many output features (an LM head) goes in tiles of ``WX_TILE_ROWS`` that stay in cache, another 10-20 %
-    (docs/benchmarks.md). From 12 rows up this gives ``F.linear``'s bits (tests/models/test_linear.py; a property
-    of the BLAS, MKL 2024.2 here, whose kernels ATEN_CPU_CAPABILITY does not change, so it holds under default, avx2
-    and avx512: tests/test_cpu_capabilities.py); below that the two orders round differently, so fewer rows keep
-    ``F.linear``, as do small weights (under 512 x 512), where the transposes cost more than the product saves.
-    """
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
-        weight, bias = self.weight, self.bias
-        if (rows < WX_MIN_ROWS or weight.numel() < WX_MIN_WEIGHTS or x.device.type != "cpu"
-                or x.dtype != torch.float32):
-            return F.linear(x, weight, bias)
-        x2 = x.reshape(rows, x.shape[-1])
-        padded = -(-rows // 8) * 8  # at other row counts MKL takes up to twice as long (31 rows vs 32)
-        if padded != rows:
-            x2 = torch.cat([x2, x2.new_zeros(padded - rows, x2.shape[1])])
-        xt = x2.contiguous().t()
-        features = weight.shape[0]
-        tile = WX_TILE_ROWS if features >= 2 * WX_TILE_ROWS else features
-        out = x.new_empty(features, padded)
-        for i in range(0, features, tile):
-            sl = slice(i, i + tile)
-            if bias is None:
-                torch.mm(weight[sl], xt, out=out[sl])
-            else:
-                torch.addmm(bias[sl, None], weight[sl], xt, out=out[sl])
-        return _transpose(out)[:rows].view(*x.shape[:-1], features)
-
-
-def _transpose(out: torch.Tensor) -> torch.Tensor:
-    """[F, M] -> contiguous [M, F]. For a few rows a 3-D permuted copy (which runs on every thread) is up to 2x
-    faster than the 2-D transpose copy (which runs on one): 1.0 vs 2.1 ms for an LM head at 16 rows."""
-    features, rows = out.shape
-    if rows > 64 or features % 16:
-        return out.t().contiguous()
-    flipped = out.new_empty(rows, features)
-    flipped.view(rows, features // 16, 16).copy_(out.view(features // 16, 16, rows).permute(2, 0, 1))
-    return flipped
 
 
 class Block(nn.Module):
@@ -273,8 +163,9 @@ class DiffusionLM(nn.Module):
 
     accepts_logits_range = True  # forward(..., logits_range=(a, b)): LM head on canvas positions [a, b) only
     accepts_logits_at = True  # forward(..., logits_at=(rows, positions)): LM head at those pairs only, [n, V]
-    # the LM head runs on at least this many rows (logits_at pads with copies): from 12 rows up a row's logits
-    # are the bits of the whole canvas's product (tests/models/test_linear.py)
+    # the LM head runs on at least this many rows (padded with copies): on the CPU's BLAS (MKL) a row's logits
+    # from 12 rows up are the bits of the whole canvas's product (tests/models/test_linear.py); other BLAS
+    # libraries (cuBLAS) pick kernels by shape, so there they agree to rounding only
     head_min_rows = 16
 
     def __init__(self, config: ModelConfig) -> None:
@@ -286,8 +177,7 @@ class DiffusionLM(nn.Module):
         self.lm_head = Linear(config.d_model, config.vocab_size, bias=False)
         self.tokenizer: Any = None  # set by load_model
         self._rope_memo: tuple[torch.Tensor, torch.Tensor, torch.Tensor, bool] | None = None
-        self._register_state_dict_hook(_to_checkpoint_names)
-        self._register_load_state_dict_pre_hook(_from_checkpoint_names, with_module=True)
+        speak_dense_names(self)
 
     @property
     def device(self) -> torch.device:
@@ -346,33 +236,39 @@ class DiffusionLM(nn.Module):
         for i, block in enumerate(self.layers):
             h = block(h, ctx) if cache is None else cache.run_layer(i, block, h, ctx)
 
-        if logits_at is not None:
-            return self._head_at(h, logits_at, attention_mask, q_lo, start, start + t)
-        lo, hi = (start, start + t) if logits_range is None else logits_range
-        if not start <= lo < hi <= start + t:
-            raise ValueError(f"logits_range {logits_range} is not inside the span [{start}, {start + t})")
-        if self.config.shift_logits:
-            rows = torch.arange(b, device=h.device).repeat_interleave(hi - lo)
-            pos = torch.arange(lo, hi, device=h.device).repeat(b)
-            h = h.gather(1, self._sources(rows, pos, attention_mask).view(b, hi - lo, 1).sub(q_lo).expand(-1, -1, h.shape[-1]))
-        else:
-            h = h[:, lo - q_lo : hi - q_lo]
-        return self.lm_head(self.norm(h))
+        return self._logits(h, q_lo, start, start + t, attention_mask, logits_range, logits_at)
 
-    def _head_at(self, h: torch.Tensor, logits_at: tuple[torch.Tensor, torch.Tensor], attention_mask, q_lo: int,
-                 lo: int, hi: int) -> torch.Tensor:
-        """LM head [n, V] at the (row, position) pairs of ``logits_at``, on at least ``head_min_rows`` rows."""
-        rows, pos = (v.to(h.device) for v in logits_at)
-        if rows.shape != pos.shape or rows.dim() != 1:
-            raise ValueError(f"logits_at needs two [n] index tensors, got shapes {tuple(rows.shape)} and {tuple(pos.shape)}")
-        n = rows.numel()
-        if n and host_reads_free(pos.device) and (int(pos.min()) < lo or int(pos.max()) >= hi):  # a sync elsewhere
-            raise ValueError(f"logits_at positions {int(pos.min())}..{int(pos.max())} are not inside the span [{lo}, {hi})")
+    def _logits(self, h: torch.Tensor, q_lo: int, lo: int, hi: int, attention_mask: torch.Tensor | None,
+                logits_range: tuple[int, int] | None, logits_at: tuple[torch.Tensor, torch.Tensor] | None
+                ) -> torch.Tensor:
+        """The LM head where the caller asked, by one path: (row, position) pairs -> the hidden states that
+        predict them (Dream's shift) -> :meth:`head`. [n, V] for ``logits_at``, else [B, b - a, V] over
+        ``logits_range`` = (a, b) (default the span [lo, hi)); ``h`` holds the states of positions q_lo .. hi - 1."""
+        if logits_at is not None:
+            rows, pos = (v.to(h.device) for v in logits_at)
+            if rows.shape != pos.shape or rows.dim() != 1:
+                raise ValueError(f"logits_at needs two [n] index tensors, got shapes {tuple(rows.shape)} and "
+                                 f"{tuple(pos.shape)}")
+            if rows.numel() and host_reads_free(pos.device) and (int(pos.min()) < lo or int(pos.max()) >= hi):
+                raise ValueError(f"logits_at positions {int(pos.min())}..{int(pos.max())} are not inside the span "
+                                 f"[{lo}, {hi})")  # checked where the read is free: a sync elsewhere
+        else:
+            a, b = (lo, hi) if logits_range is None else logits_range
+            if not lo <= a < b <= hi:
+                raise ValueError(f"logits_range {logits_range} is not inside the span [{lo}, {hi})")
+            rows = torch.arange(h.shape[0], device=h.device).repeat_interleave(b - a)
+            pos = torch.arange(a, b, device=h.device).repeat(h.shape[0])
         src = self._sources(rows, pos, attention_mask) if self.config.shift_logits else pos
+        logits = self.head(h[rows, src - q_lo])
+        return logits if logits_at is not None else logits.view(h.shape[0], b - a, logits.shape[-1])
+
+    def head(self, states: torch.Tensor) -> torch.Tensor:
+        """Final norm and LM head: logits [n, V] of hidden states [n, d], run on at least ``head_min_rows`` rows
+        (fewer are padded with copies of the last) so that a row's logits do not depend on how few were asked."""
+        n = states.shape[0]
         if 0 < n < self.head_min_rows:
-            pick = torch.arange(self.head_min_rows, device=h.device).clamp(max=n - 1)  # pad with copies of the last
-            rows, src = rows[pick], src[pick]
-        return self.lm_head(self.norm(h[rows, src - q_lo]))[:n]
+            states = states[torch.arange(self.head_min_rows, device=states.device).clamp(max=n - 1)]
+        return self.lm_head(self.norm(states))[:n]
 
     def _rope_tables(self, position_ids: torch.Tensor, arange: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """cos/sin for ``position_ids`` in the rotation's dtype (float32 with ``rope_full_precision``, else the
@@ -415,18 +311,3 @@ class DiffusionLM(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-
-def _to_checkpoint_names(module: DiffusionLM, state_dict: dict, prefix: str, local_metadata: Any) -> dict:
-    naming = module.config.tensor_naming
-    for key in list(state_dict):
-        if key.startswith(prefix):
-            state_dict[prefix + checkpoint_name(key[len(prefix) :], naming)] = state_dict.pop(key)
-    return state_dict
-
-
-def _from_checkpoint_names(module: DiffusionLM, state_dict: dict, prefix: str, *args: Any) -> None:
-    naming = module.config.tensor_naming
-    for key in list(state_dict):
-        canon = canonical_name(key[len(prefix) :], naming) if key.startswith(prefix) else None
-        if canon is not None:
-            state_dict[prefix + canon] = state_dict.pop(key)

@@ -11,21 +11,24 @@ from typing import Any
 import torch
 
 from .config import ModelConfig
+from .moe import MoEConfig, MoEDiffusionLM, is_moe_config
 from .network import DiffusionLM
 
 
 def random_network(raw: dict[str, Any], name: str, device: torch.device, dtype: torch.dtype,
                    seed: int = 0) -> DiffusionLM:
-    """``DiffusionLM`` for the HF-style config ``raw``: matrices N(0, 0.02), norm weights 1, biases 0.
+    """``DiffusionLM`` (``MoEDiffusionLM`` for a LLaDA-MoE config) for the HF-style config ``raw``: matrices
+    N(0, 0.02), norm weights 1, biases 0 (and expert biases 0).
 
     Built on ``device`` after ``torch.manual_seed(seed)``: the weights depend only on config, seed, device
     and dtype, and on the CPU on ATen's kernel width: float32 ``normal_`` draws other values under
     ``ATEN_CPU_CAPABILITY=default`` than under avx2/avx512 (docs/decoding.md, "The same decode on every CPU").
     """
-    cfg = ModelConfig.from_hf_config(raw, name_or_path=name)
+    moe = is_moe_config(raw)
+    cfg = (MoEConfig if moe else ModelConfig).from_hf_config(raw, name_or_path=name)
     torch.manual_seed(seed)
     with torch.device(device):
-        model = DiffusionLM(cfg).to(dtype)
+        model = (MoEDiffusionLM(cfg) if moe else DiffusionLM(cfg)).to(dtype)
     with torch.no_grad():
         for param_name, p in model.named_parameters():
             if p.dim() > 1:

@@ -19,6 +19,8 @@ from omegaconf import DictConfig
 
 from dllm_bench.decoding.config import CACHES, POLICIES, POLICY_CLASSES, SELECTORS, builder_parameters
 from dllm_bench.models.config import MODEL_TYPES
+from dllm_bench.models.config import ConfigError as ModelConfigError
+from dllm_bench.models.loading import parse_config
 from dllm_bench.runner.components import NO_RULE, build_spec
 from dllm_bench.runner.config import to_container
 from dllm_bench.runner.errors import ConfigError
@@ -176,9 +178,14 @@ def _validate_model(model: dict[str, Any]) -> None:
         if not local.is_dir() or not os.access(local / "config.json", os.R_OK):
             _fail("model.name_or_path", path, "a readable model directory with config.json is required")
         try:
-            model_type = json.loads((local / "config.json").read_text()).get("model_type")
+            raw = json.loads((local / "config.json").read_text())
         except (OSError, json.JSONDecodeError) as e:
             raise ConfigError(f"model.name_or_path={path!r}: config.json is unreadable ({e})") from None
+        model_type = raw.get("model_type")
+        try:  # a config the network does not compute is refused here, before any data or weights are read
+            parse_config(raw, name_or_path=path)
+        except ModelConfigError as e:
+            raise ConfigError(f"model.name_or_path={path!r}: {e}") from None
         flavour = MODEL_TYPES.get(model_type)
         if flavour is not None and flavour != model.get("flavour"):
             _fail("model.flavour", model.get("flavour"), f"the checkpoint {path!r} is a {flavour!r} model "

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from dllm_bench.models import load_model
+from dllm_bench.models import MoEDiffusionLM, load_model
 from dllm_bench.report.estimate import read_speedups
 
 
@@ -22,8 +22,9 @@ def test_gpu_check_runs_on_cpu_in_bf16_at_a_mid_shape(load_script, tmp_path):
                               "--big-prompt", "32", "--big-gen", "16", "--repeats", "1", "--agreement-rows", "3",
                               "--tiny-rows", "2"])
     assert json.loads((tmp_path / "gpu_summary.json").read_text()) == json.loads(json.dumps(summary))
-    assert [s["shape"] for s in summary["shapes"]] == ["llada-8b", "dream-7b"]  # LLaDA first
-    for shape in ("dream-7b", "llada-8b"):
+    assert [s["shape"] for s in summary["shapes"]] == ["llada-8b", "dream-7b", "llada-moe-7b"]  # LLaDA first
+    assert [s["network"] for s in summary["shapes"]] == ["DiffusionLM", "DiffusionLM", "MoEDiffusionLM"]
+    for shape in ("dream-7b", "llada-8b", "llada-moe-7b"):
         fwd = pd.read_csv(tmp_path / f"gpu_forward_{shape}.csv")
         assert set(fwd["cache"]) == {"none", "prefix", "dual", "dllm"} and set(fwd["mask"]) == {True, False}
         assert (fwd["forward_ms"] > 0).all()
@@ -34,7 +35,7 @@ def test_gpu_check_runs_on_cpu_in_bf16_at_a_mid_shape(load_script, tmp_path):
         gen = pd.read_csv(tmp_path / f"gpu_generate_{shape}.csv")
         assert list(gen["batch"]) == [1, 2] and (gen["tokens_per_s"] > 0).all()
     speedups = read_speedups(tmp_path)  # what reproduce_table.py --estimate reads from these files
-    assert speedups.source == "gpu" and set(speedups.by_shape) == {"dream-7b", "llada-8b"} and speedups.batches() == [2]
+    assert speedups.source == "gpu" and set(speedups.by_shape) == {"dream-7b", "llada-8b", "llada-moe-7b"} and speedups.batches() == [2]
     for s in summary["shapes"]:
         assert s["dtype"] == "bfloat16" and s["layers"] == 1 and s["width"] == 128 and s["skipped"] == []
         assert 0 <= s["batched_vs_alone_token_agreement"] <= 1 and s["big_decode"]["batch"] == 2
@@ -42,6 +43,28 @@ def test_gpu_check_runs_on_cpu_in_bf16_at_a_mid_shape(load_script, tmp_path):
     tiny = summary["tiny_checkpoints_vs_cpu"]
     # the same machine: float32 and bf16 give the recorded tokens exactly (a GPU reports its own rates)
     assert all(v["tokens"] == 1.0 and v["rows"] == 2 for per in tiny.values() for v in per.values())
+
+
+@pytest.mark.slow
+def test_moe_shape_at_full_size_has_the_model_cards_parameters(load_script):
+    """The assumed LLaDA-MoE shape built on the meta device: the MoE network, 7.36 B parameters (the model card's
+    "7B total"; 3000+ modules, about 40 s on a loaded 2-core machine)."""
+    full = load_script("gpu_check").build_model("llada-moe-7b", torch.device("meta"), torch.bfloat16, None, None)
+    assert isinstance(full, MoEDiffusionLM) and 7.3e9 < full.num_parameters() < 7.4e9
+
+
+def test_moe_shape_resizes_to_the_moe_network(load_script):
+    """Resized as the CPU test runs it, the LLaDA-MoE shape is still the MoE network: every layer MoE with its 64
+    experts, the expert size scaled with the width, the real-size vocabulary."""
+    gpu_check = load_script("gpu_check")
+    model = gpu_check.build_model("llada-moe-7b", torch.device("cpu"), torch.float32, 2, 128)
+    assert isinstance(model, MoEDiffusionLM)
+    cfg = model.config
+    assert (cfg.n_layers, cfg.d_model, cfg.moe_layer_freq, cfg.num_experts) == (2, 128, [1, 1], 64)
+    assert cfg.expert_intermediate_size == 64 and cfg.vocab_size == 157184 and cfg.qk_layernorm
+    with torch.no_grad():
+        logits = model(torch.randint(0, 1000, (1, 40)), logits_range=(30, 40))
+    assert logits.shape == (1, 10, 157184) and torch.isfinite(logits).all()
 
 
 def test_a_skipped_step_leaves_a_csv_with_its_header(load_script, tmp_path):

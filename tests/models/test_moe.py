@@ -22,7 +22,8 @@ from safetensors.torch import load_file
 from dllm_bench.models import load_model
 from dllm_bench.models.cache import FeatureCache, KVCache
 from dllm_bench.models.config import ConfigError, ModelConfig
-from dllm_bench.models.moe import MoEConfig, MoEDiffusionLM, moe_canonical_name, moe_checkpoint_name
+from dllm_bench.models.moe import MoEConfig, MoEDiffusionLM
+from dllm_bench.models.tensor_names import moe_canonical_name, moe_checkpoint_name
 from dllm_bench.models.tiny_moe import make_random_moe_checkpoint
 
 GOLDEN = Path(__file__).parents[1] / "fixtures" / "llada_moe_published_logits.safetensors"
@@ -54,6 +55,21 @@ def test_logits_equal_the_published_code_bit_for_bit(moe_dir, dtype):
         got = model(ids)
     assert got.dtype == dtype
     assert torch.equal(got, want)
+
+
+def test_float32_rotation_switch_is_wired(moe_dir):
+    """The published file rotates in the model dtype, our default; ``rope_full_precision=True`` rotates in
+    float32: in float32 that changes no bit, in bf16 it leaves the published bits for logits nearer the float32
+    model's (mean absolute difference)."""
+    with safe_open(str(GOLDEN), "pt") as f:
+        ids, want_bf16, want_f32 = f.get_tensor("input_ids"), f.get_tensor("logits_bfloat16"), f.get_tensor("logits_float32")
+    assert load_model(moe_dir, device="meta").config.rope_full_precision is False
+    with torch.no_grad():
+        f32 = load_model(moe_dir, dtype=torch.float32, device="cpu", rope_full_precision=True)(ids)
+        bf16 = load_model(moe_dir, dtype=torch.bfloat16, device="cpu", rope_full_precision=True)(ids)
+    assert torch.equal(f32, want_f32)
+    assert not torch.equal(bf16, want_bf16)
+    assert (bf16.float() - want_f32).abs().mean() < (want_bf16.float() - want_f32).abs().mean()
 
 
 def test_the_tiny_checkpoint_exercises_clipping_routing_bias_and_both_layer_kinds(moe_dir):

@@ -222,3 +222,23 @@ def test_logits_at_are_the_rows_of_the_head_over_the_span(tiny: DiffusionLM) -> 
         assert torch.equal(got, span[at[0], at[1] - s])
         with pytest.raises(ValueError, match="not inside the span"):
             tiny(ids[:, s:], attention_mask=mask, cache=kv, start=s, logits_at=(torch.tensor([0]), torch.tensor([s - 1])))
+
+
+def test_logits_range_is_the_rows_of_the_head_over_the_span(tiny: DiffusionLM) -> None:
+    """logits_range takes logits_at's path: its rows are, bit for bit, the whole canvas's at those positions, a
+    window of fewer rows than head_min_rows included (the head runs on copies up to that count), under a
+    left-padded batch (Dream's shift) and inside a KV-cached span."""
+    ids = torch.randint(0, tiny.config.vocab_size - 4, (3, 40), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[1, :5] = 0
+    with torch.no_grad():
+        full = tiny(ids, attention_mask=mask)
+        assert torch.equal(tiny(ids[:1], logits_range=(30, 33)), tiny(ids[:1])[:, 30:33])  # 3 rows < head_min_rows
+        assert torch.equal(tiny(ids, attention_mask=mask, logits_range=(4, 12)), full[:, 4:12])
+        kv = KVCache()
+        tiny(ids, attention_mask=mask, cache=kv)
+        span = tiny(ids[:, 24:32], attention_mask=mask, cache=kv, start=24)
+        assert torch.equal(tiny(ids[:, 24:32], attention_mask=mask, cache=kv, start=24, logits_range=(26, 29)),
+                           span[:, 2:5])
+        with pytest.raises(ValueError, match="not inside the span"):
+            tiny(ids[:, 24:32], attention_mask=mask, cache=kv, start=24, logits_range=(20, 26))

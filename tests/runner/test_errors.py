@@ -231,3 +231,17 @@ def test_help_opens_with_what_the_program_does_and_three_commands(monkeypatch, c
     assert lines[0].startswith("dllm-bench: decode a benchmark with a diffusion LM")
     assert lines[2] == "Common commands:"
     assert [line.split()[0] for line in lines[3:6]] == ["dllm-bench"] * 3 and lines[6] == ""
+
+
+def test_a_config_the_network_does_not_compute_is_one_line_before_any_load(tmp_path, run_cli):
+    """A checkpoint directory with config.json alone (no weights, no tokenizer) whose rope_scaling the network
+    does not compute: refused by validation, in one line naming the key, exit 2, no output written."""
+    reference = Path(__file__).resolve().parents[2] / "dllm_bench" / "models" / "reference_configs"
+    raw = json.loads((reference / "llada-8b-instruct" / "config.json").read_text())
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(json.dumps({**raw, "rope_scaling": {"type": "linear", "factor": 2.0}}))
+    code, lines = run_cli("model=llada_8b_base", f"model.name_or_path={ckpt}", f"output_dir={tmp_path / 'out'}",
+                          "limit=1", "progress=false")
+    assert_one_line(code, lines, "model.name_or_path=", "rope_scaling=", "allowed: null")
+    assert run_folders(tmp_path / "out") == []

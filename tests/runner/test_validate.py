@@ -197,3 +197,43 @@ def test_hub_id_accepted_without_download(tmp_path):
 
 def test_config_json_readable_for_flavour(tiny_llada_dir):
     assert json.loads((Path(tiny_llada_dir) / "config.json").read_text())["model_type"] == "llada"
+
+
+REFERENCE_CONFIGS = Path(__file__).resolve().parents[2] / "dllm_bench" / "models" / "reference_configs"
+# a value each refused key may hold in a config.json, none of them one the network computes
+BAD_VALUES = {"rope_scaling": {"type": "linear", "factor": 2.0}, "use_sliding_window": True,
+              "tie_word_embeddings": True, "hidden_act": "gelu", "activation_type": "gelu", "alibi": True,
+              "rope": False, "attention_layer_norm": True, "clip_qkv": 8.0, "input_emb_norm": True,
+              "scale_logits": True, "layer_norm_type": "default", "block_type": "sequential",
+              "partial_rotary_factor": 0.5}
+MOE_BAD_VALUES = {"rope_scaling": {"type": "yarn", "factor": 4.0}, "partial_rotary_factor": 0.5,
+                  "hidden_act": "gelu", "tie_word_embeddings": True, "attention_bias": True, "moe_layer_freq": [1]}
+
+
+def _config_only(tmp_path: Path, raw: dict, key: str, value) -> Path:
+    """A checkpoint directory holding config.json alone (no weights, no tokenizer): a refusal must come first."""
+    directory = tmp_path / "ckpt"
+    directory.mkdir()
+    (directory / "config.json").write_text(json.dumps({**raw, key: value}))
+    return directory
+
+
+@pytest.mark.parametrize("key", sorted(BAD_VALUES))
+@pytest.mark.parametrize("preset,reference", [("llada_8b_base", "llada-8b-instruct"),
+                                              ("dream_7b_base", "dream-v0-base-7b")])
+def test_a_dense_config_the_network_does_not_compute_is_refused_before_any_load(tmp_path, preset, reference, key):
+    raw = json.loads((REFERENCE_CONFIGS / reference / "config.json").read_text())
+    directory = _config_only(tmp_path, raw, key, BAD_VALUES[key])
+    rejects([f"model={preset}", f"model.name_or_path={directory}", "gen_length=256", "block_length=32"],
+            match=rf"model\.name_or_path=.*ckpt.*{key}=")
+
+
+@pytest.mark.parametrize("key", sorted(MOE_BAD_VALUES))
+def test_a_moe_config_the_network_does_not_compute_is_refused_before_any_load(tmp_path, key):
+    from dllm_bench.models.tiny_moe import make_random_moe_checkpoint
+
+    raw = json.loads((make_random_moe_checkpoint(tmp_path / "tiny_moe") / "config.json").read_text())
+    directory = _config_only(tmp_path, raw, key, MOE_BAD_VALUES[key])
+    rejects(["model=llada_moe_7b_a1b_base", f"model.name_or_path={directory}", "gen_length=256", "block_length=32"],
+            match=rf"model\.name_or_path=.*ckpt.*{key}=")
+
