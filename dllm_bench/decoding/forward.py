@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from dllm_bench.decoding.config import Cache, DLLMCache, DualCache, NoCache, PrefixCache
+from dllm_bench.decoding.suffix_dropout import PrunedCanvas, SuffixSampler
 
 
 @dataclass
@@ -60,6 +61,7 @@ class _Cohort:
     block: tuple[int, int]
     since_refresh: int
     forwards: int = 0
+    canvas: PrunedCanvas | None = None  # the cohort's pruned canvas under suffix dropout
 
 
 class ForwardRunner:
@@ -70,7 +72,8 @@ class ForwardRunner:
     """
 
     def __init__(self, model: Callable, cache: Cache, prompt_length: int, attention_mask: torch.Tensor,
-                 model_kwargs: dict | None, cfg_scale: float, mask_token_id: int, padded: bool = True):
+                 model_kwargs: dict | None, cfg_scale: float, mask_token_id: int, padded: bool = True,
+                 dropout: SuffixSampler | None = None):
         self.model = model
         self.cache = cache
         self.P = prompt_length
@@ -91,6 +94,13 @@ class ForwardRunner:
         self.window: tuple[int, int] | None = None
         self.candidates: torch.Tensor | None = None
         self._rows: tuple[list[int], torch.Tensor] = ([], torch.empty(0, dtype=torch.long))
+        # suffix dropout (DPad): the network sees a pruned canvas at the full canvas's position ids
+        self.dropout = dropout
+        self.position_ids = None
+        if dropout is not None:
+            T = attention_mask.shape[1]
+            self.position_ids = ((attention_mask.long().cumsum(-1) - 1).clamp(min=0) if padded else
+                                 torch.arange(T, device=attention_mask.device).expand(self.batch, T))
 
     def _device_rows(self, host_rows: list[int]) -> torch.Tensor:
         """Row indices on the device: the step's active rows as given, any other group copied from the host."""
@@ -99,17 +109,21 @@ class ForwardRunner:
         return torch.tensor(host_rows, dtype=torch.long, device=self._rows[1].device)
 
     def _call(self, x: torch.Tensor, rows: torch.Tensor, cache=None, start: int = 0, end: int | None = None,
-              window: tuple[int, int] | None = None, cut: bool = False
+              window: tuple[int, int] | None = None, cut: bool = False, canvas: PrunedCanvas | None = None
               ) -> tuple[torch.Tensor, int, tuple[torch.Tensor, torch.Tensor] | None]:
         """Logits of ``rows``, the canvas position of their first column, and the candidates they hold when the
         model computes the LM head at the candidates only (``self.candidates`` inside [start, end)); otherwise
         with ``window`` (canvas positions holding every candidate) a model that supports it computes the LM
         head only there. ``cut`` (or no cache) makes ``end`` the canvas length the network sees (SlowFast's
-        truncated fast phase)."""
+        truncated fast phase). ``canvas`` (suffix dropout) replaces the rows' canvas by its pruned columns."""
         kwargs = _slice_kwargs(self.model_kwargs, rows, self.batch)
         mask = None if self.mask is None else self.mask.index_select(0, rows)
-        end = x.shape[1] if end is None else end
         inp = x.index_select(0, rows)
+        if canvas is not None:
+            inp, mask = inp.gather(1, canvas.index), canvas.mask
+            kwargs["position_ids"] = canvas.position_ids
+        length = inp.shape[1]
+        end = length if end is None else end
         first, at = start, None
         if self.head_at and self.candidates is not None:
             sub = self.candidates.index_select(0, rows)
@@ -122,14 +136,14 @@ class ForwardRunner:
             if lo < hi:
                 kwargs["logits_range"] = (lo, hi)
                 first = lo
-        if (cache is None or cut) and end < x.shape[1]:
+        if (cache is None or cut) and end < length:
             inp = inp[:, :end]
             mask = None if mask is None else mask[:, :end]
         if cache is None:
             if self.cfg_scale > 0:
                 return self._cfg_call(inp, mask, kwargs), first, at
             return self.model(inp, attention_mask=mask, **kwargs), first, at
-        if start == 0 and (cut or end == x.shape[1]):
+        if start == 0 and (cut or end == length):
             return self.model(inp, attention_mask=mask, cache=cache, **kwargs), first, at
         return self.model(inp[:, start:end], attention_mask=mask, cache=cache, start=start, **kwargs), first, at
 
@@ -163,10 +177,17 @@ class ForwardRunner:
             self.window = (self.P + min(view.block_lo[r] for r in view.rows),
                            self.P + max(view.block_hi[r] for r in view.rows))
         self.candidates = candidates
+        if self.dropout is not None:
+            self.dropout.update(view.rows, view.block_hi)
         if isinstance(self.cache, NoCache):
             out = []
             for group, lim in self._limit_groups(view.rows, view.limit, x.shape[1] - self.P):
                 rows_g = self._device_rows(group)
+                if self.dropout is not None:
+                    canvas = self._canvas(group, rows_g)
+                    logits, first, at = self._call(x, rows_g, window=self.window, canvas=canvas)
+                    out.append(ForwardResult(rows_g, logits, first, True, self._live(rows_g, canvas, 0), at))
+                    continue
                 logits, first, at = self._call(x, rows_g, end=self.P + lim, window=self.window)
                 out.append(ForwardResult(rows_g, logits, first, True, self._prompt(rows_g) + lim, at))
             return out
@@ -181,6 +202,16 @@ class ForwardRunner:
             return [(rows, G)]
         return [([r for r in rows if limits[r] == lim], lim) for lim in sorted({limits[r] for r in rows})]
 
+    def _canvas(self, group: list[int], rows: torch.Tensor) -> PrunedCanvas:
+        """The pruned canvas of ``group`` under suffix dropout."""
+        mask = None if self.mask is None else self.mask.index_select(0, rows)
+        return self.dropout.canvas(group, self.P, self.position_ids.index_select(0, rows), mask)
+
+    def _live(self, rows: torch.Tensor, canvas: PrunedCanvas, start: int) -> torch.Tensor:
+        """Query positions per row of a forward over the pruned canvas from ``start`` (real prompt tokens only)."""
+        live = torch.tensor(canvas.lengths, dtype=torch.long, device=rows.device) - max(start, self.P)
+        return live + (self._prompt(rows) if start == 0 else 0)
+
     def _prompt(self, rows: torch.Tensor) -> torch.Tensor:
         return self.prompt_real.index_select(0, rows)
 
@@ -194,6 +225,8 @@ class ForwardRunner:
         if not all(keep):
             index = [i for i, k in enumerate(keep) if k]
             cohort.cache.keep_rows(torch.tensor(index, dtype=torch.long, device=cohort.rows.device))
+            if cohort.canvas is not None:
+                cohort.canvas = cohort.canvas.keep_rows(index)
             cohort.host_rows = [cohort.host_rows[i] for i in index]
             cohort.rows = self._device_rows(cohort.host_rows)
         return cohort
@@ -244,19 +277,25 @@ class ForwardRunner:
                 continue
             covered.update(kept.host_rows)
             s = self.P + kept.block[0]
-            e = T if isinstance(cfg, PrefixCache) else self.P + kept.block[1]
-            logits, first, at = self._call(x, kept.rows, cache=kept.cache, start=s, end=e, window=self.window)
+            canvas = kept.canvas
+            e = (T if canvas is None else canvas.length) if isinstance(cfg, PrefixCache) else self.P + kept.block[1]
+            logits, first, at = self._call(x, kept.rows, cache=kept.cache, start=s, end=e, window=self.window,
+                                           canvas=canvas)
             kept.since_refresh += 1
             survivors.append(kept)
-            results.append(ForwardResult(kept.rows, logits, first, False, self._count(kept.rows, e - s + self.shift), at))
+            count = (self._live(kept.rows, canvas, s) if canvas is not None and isinstance(cfg, PrefixCache)
+                     else self._count(kept.rows, e - s))
+            results.append(ForwardResult(kept.rows, logits, first, False, count + self.shift, at))
         refresh = [r for r in view.rows if r not in covered]
         for key in sorted({(view.block_lo[r], view.block_hi[r]) for r in refresh}):
             group = [r for r in refresh if (view.block_lo[r], view.block_hi[r]) == key]
             rows_g = self._device_rows(group)
             kv = KVCache()
-            logits, first, at = self._call(x, rows_g, cache=kv, window=self.window)
-            survivors.append(_Cohort(rows_g, group, kv, key, 1))
-            results.append(ForwardResult(rows_g, logits, first, True, self._prompt(rows_g) + (T - self.P), at))
+            canvas = self._canvas(group, rows_g) if self.dropout is not None else None
+            logits, first, at = self._call(x, rows_g, cache=kv, window=self.window, canvas=canvas)
+            survivors.append(_Cohort(rows_g, group, kv, key, 1, canvas=canvas))
+            count = self._prompt(rows_g) + (T - self.P) if canvas is None else self._live(rows_g, canvas, 0)
+            results.append(ForwardResult(rows_g, logits, first, True, count, at))
         self.cohorts = survivors
         return results
 
