@@ -23,7 +23,8 @@ RUNS = "runs"
 EXPECTED = {
     **{("blocks", r): RUNS for r in ("topk", *ADAPTIVE)},
     ("blocks", "none"): "policy 'blocks' has no commit rule of its own",
-    **{("dpad", r): RUNS for r in ("topk", *ADAPTIVE)},
+    **{("dpad", r): RUNS for r in ("topk", *ADAPTIVE) if r != "credit"},
+    ("dpad", "credit"): "rule 'credit' keeps its credit per block of policy 'blocks'",
     ("dpad", "none"): "policy 'dpad' has no commit rule of its own",
     **{("dream", r): "policy 'dream' commits its timestep schedule's count ranked by its alg, so rule must be none"
        for r in RULES if r != "none"},
