@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dllm_bench.decoding import DecodeSpec, Decoding, build_cache, build_policy, generate
+from dllm_bench.decoding import DecodeSpec, Decoding, Sampling, build_cache, build_policy, generate
 from dllm_bench.decoding.rules import build_rule
 from dllm_bench.decoding.suffix_dropout import SuffixSampler, keep_probability
 from dllm_bench.models import load_model
@@ -147,3 +147,28 @@ def test_pruned_canvas_equals_a_key_masked_full_canvas(tiny_llada_dir):
 def test_refusals_name_the_bad_value(params, cache_name, message):
     with pytest.raises(ValueError, match=message):
         DecodeSpec(Decoding(24, 8, build_policy("dpad", **params), build_rule("threshold"), build_cache(cache_name)))
+
+
+def test_global_rng_draws_what_a_row_generator_with_the_same_seed_draws(tiny_llada_dir):
+    """``rng=global`` takes torch's default generator (DPad's eval stream): seeded with s, a batch-1 decode equals
+    ``rng=row`` with seed s; a second decode continues the stream instead of restarting it."""
+    model = load_model(tiny_llada_dir, device="cpu")
+    ids = torch.randint(5, 60, (1, 7), generator=torch.Generator().manual_seed(2))
+
+    def run(rng: str, seed: int):
+        spec = DecodeSpec(Decoding(16, 4, build_policy("dpad", steps=8, rng=rng, early_termination=False),
+                                   build_rule("topk"), build_cache("none")), Sampling(seed=seed))
+        out = generate(model, ids, None, spec)
+        return out.tokens.tolist(), out.records[0].forward_positions
+
+    torch.manual_seed(11)
+    first = run("global", 0)
+    second = run("global", 0)
+    assert first == run("row", 11)
+    torch.manual_seed(11)
+    torch.rand(12)  # the first decode's draws: blocks 1-3 draw 12 + 8 + 4 numbers
+    torch.rand(8)
+    torch.rand(4)
+    continued = torch.get_rng_state()
+    torch.set_rng_state(continued)
+    assert run("global", 0) == second  # the second decode drew from where the first left the stream
