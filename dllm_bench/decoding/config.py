@@ -18,6 +18,7 @@ from dllm_bench.decoding.caches.prefix import PrefixCache
 from dllm_bench.decoding.policies import (
     SLOWFAST_PRESETS,
     BlockPolicy,
+    DPadPolicy,
     DreamPolicy,
     DreamThresholdPolicy,
     SlowFastPolicy,
@@ -52,20 +53,23 @@ def _check_params(kind: str, name: str, cls, params: dict) -> None:
 
 # ---------------------------------------------------------------- policies
 
-Policy = BlockPolicy | DreamPolicy | DreamThresholdPolicy | SlowFastPolicy
-POLICY_CLASSES = {"blocks": BlockPolicy, "dream": DreamPolicy, "dream_threshold": DreamThresholdPolicy,
-                  "slowfast": SlowFastPolicy}
+Policy = BlockPolicy | DPadPolicy | DreamPolicy | DreamThresholdPolicy | SlowFastPolicy
+POLICY_CLASSES = {"blocks": BlockPolicy, "dpad": DPadPolicy, "dream": DreamPolicy,
+                  "dream_threshold": DreamThresholdPolicy, "slowfast": SlowFastPolicy}
 POLICIES = tuple(POLICY_CLASSES)
 
 
 def build_policy(name: str, **params) -> Policy:
-    """Policy from a name: blocks (steps=None|int), dream (steps, alg, eps), dream_threshold (steps, tau),
-    slowfast (preset=..., overrides)."""
-    if name == "blocks":
-        _check_params("policy", name, BlockPolicy, params)
-        pol = BlockPolicy(**params)
+    """Policy from a name: blocks (steps=None|int), dpad (steps, window, sigma, scale, early_termination, rng),
+    dream (steps, alg, eps), dream_threshold (steps, tau), slowfast (preset=..., overrides)."""
+    if name in ("blocks", "dpad"):
+        cls = POLICY_CLASSES[name]
+        _check_params("policy", name, cls, params)
+        pol = cls(**params)
         if pol.steps is not None and (isinstance(pol.steps, bool) or not isinstance(pol.steps, int) or pol.steps < 1):
-            raise ValueError(f"blocks steps must be >= 1 or None, got {pol.steps}")
+            raise ValueError(f"{name} steps must be >= 1 or None, got {pol.steps}")
+        if name == "dpad":
+            _check_dpad(pol)
         return pol
     if name == "dream":
         _check_params("policy", name, DreamPolicy, params)
@@ -100,6 +104,21 @@ def build_policy(name: str, **params) -> Policy:
     raise ValueError(f"policy {name!r} is not one of {POLICIES}")
 
 
+def _check_dpad(pol: DPadPolicy) -> None:
+    """Refuse DPad parameters its sampler cannot take (the window against gen_length: ``check_combination``)."""
+    if pol.suffix_window is not None and (isinstance(pol.suffix_window, bool) or not isinstance(pol.suffix_window, int)
+                                       or pol.suffix_window < 1):
+        raise ValueError(f"dpad suffix_window must be an integer >= 1 or None (the whole answer), got {pol.suffix_window!r}")
+    for key in ("sigma", "scale"):
+        value = getattr(pol, key)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise ValueError(f"dpad {key} must be a number > 0, got {value!r}")
+    if pol.rng not in ("row", "global"):
+        raise ValueError(f"dpad rng {pol.rng!r} is not one of row, global")
+    if not isinstance(pol.early_termination, bool):
+        raise ValueError(f"dpad early_termination must be true or false, got {pol.early_termination!r}")
+
+
 # ---------------------------------------------------------------- caches (one file each in decoding/caches/)
 
 Cache = Any  # any registered cache (decoding.caches.Cache)
@@ -131,10 +150,10 @@ def check_combination(
     num_blocks = gen_length // block_length
     if isinstance(policy, BlockPolicy):
         if selector is None:
-            raise ValueError(f"policy 'blocks' has no commit rule of its own: choose a rule ({', '.join(sorted(RULES))})")
+            raise ValueError(f"policy {policy.name!r} has no commit rule of its own: choose a rule ({', '.join(sorted(RULES))})")
         if selector.adaptive and policy.steps is not None:
             raise ValueError(
-                f"rule {selector.name!r} is adaptive (a block runs until full): policy 'blocks' needs steps=None, "
+                f"rule {selector.name!r} is adaptive (a block runs until full): policy {policy.name!r} needs steps=None, "
                 f"got steps={policy.steps}"
             )
         if policy.steps is not None and policy.steps % num_blocks:
@@ -169,6 +188,13 @@ def check_combination(
             )
     else:
         raise ValueError(f"unknown policy {policy!r}")
+    if isinstance(policy, DPadPolicy):
+        if policy.suffix_window is not None and policy.suffix_window > gen_length:
+            raise ValueError(f"dpad suffix_window {policy.suffix_window} is longer than gen_length {gen_length} (DPad asserts it)")
+        if cache.name not in ("none", "prefix", "dual"):
+            raise ValueError(f"dpad runs without a cache or with prefix/dual (its published loops), got {cache.name!r}")
+        if cfg_scale != 0:
+            raise ValueError(f"dpad has no classifier-free guidance (its loops have none), got cfg_scale {cfg_scale}")
     if selector is not None:
         selector.check_combination(policy=policy, cache=cache, gen_length=gen_length, block_length=block_length)
     cache.check_combination(policy=policy, selector=selector, gen_length=gen_length, block_length=block_length)

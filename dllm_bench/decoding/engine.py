@@ -12,9 +12,11 @@ from dllm_bench.decoding.accounting import SampleRecord, StepTrace, count_genera
 from dllm_bench.decoding.confidence import Workspace, candidate_predictions, resolve_precision
 from dllm_bench.decoding.config import Cache, Policy, Selector
 from dllm_bench.decoding.forward import ForwardResult, ForwardRunner, HostView
+from dllm_bench.decoding.policies import DPadPolicy
 from dllm_bench.decoding.rules import StepContext
 from dllm_bench.decoding.selectors import frechet_gap_sorted, sort_candidates
 from dllm_bench.decoding.spec import DecodeSpec
+from dllm_bench.decoding.suffix_dropout import SuffixSampler
 from dllm_bench.models.host import host_reads_free
 
 
@@ -102,8 +104,12 @@ def generate(
     mask_id = int(_config_value(model, "mask_token_id", spec.token_ids.mask))
     stop_token_ids, pad_token_id = spec.token_ids.stop, spec.token_ids.pad
     stops = list(stop_token_ids) if stop_token_ids is not None else list(getattr(model.config, "stop_token_ids", []) or [])
+    terminates = isinstance(policy, DPadPolicy) and policy.early_termination
     if early_stop and not stops:
         raise ValueError("early_stop needs stop token ids (EOS/EoT) from spec.token_ids.stop or model.config")
+    if terminates and not stops:
+        raise ValueError("dpad early_termination needs stop token ids (EOS first) from spec.token_ids.stop or "
+                         "model.config")
     if pad_token_id is None:
         pad_token_id = getattr(getattr(model, "config", None), "pad_token_id", None)
     B, P = input_ids.shape
@@ -118,7 +124,13 @@ def generate(
 
     x = torch.cat([input_ids, torch.full((B, G), mask_id, dtype=input_ids.dtype, device=device)], dim=1)
     full_mask = torch.cat([attention_mask, torch.ones((B, G), dtype=attention_mask.dtype, device=device)], dim=1)
-    runner = ForwardRunner(model, cache, P, full_mask, model_kwargs, cfg_scale, mask_id, padded=padded)
+    dropout = None
+    if isinstance(policy, DPadPolicy):
+        # its own generators: the dropout draws never shift a sampling row's noise
+        draws = _row_generators(seed, B, device) if policy.rng == "row" else [None] * B
+        dropout = SuffixSampler(policy.suffix_window or G, policy.sigma, policy.scale, G, draws, device)
+    runner = ForwardRunner(model, cache, P, full_mask, model_kwargs, cfg_scale, mask_id, padded=padded,
+                           dropout=dropout)
     state = policy.init_state(B, G, block_length, device)
     rule_state = selector.init_state(B, G, block_length, device) if selector is not None else None
     fuses = hasattr(selector, "fuse_logits")  # a rule that changes the logits before the choice (CreditDecoding)
@@ -188,13 +200,15 @@ def generate(
             finished = policy.advance(state, now_masked, active) & active
             if early_stop:
                 finished |= active & _answer_complete(answer, now_masked, stop_ids)
+            if terminates:  # DPad: a completed block holding EOS ends the row; the rest of its answer is EOS
+                finished |= active & policy.terminated(state, answer, stops[0])
             finish_step = torch.where(finished, step, finish_step)
             active &= ~finished
             step += 1
             view = _host_view(policy, state, active, now_masked)  # the step's one host read: it waits for the step to end
             step_times.append(time.perf_counter() - t0)
     tokens_out = x[:, P:].clone()
-    if early_stop:
+    if early_stop or terminates:
         tokens_out = torch.where(tokens_out == mask_id, stops[0], tokens_out)
     _check_no_mask(tokens_out, mask_id, policy, selector, cache)
     records = []

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from dllm_bench.decoding.caches import Cache, Canvas, Forward, HostView, StepRows
+from dllm_bench.decoding.suffix_dropout import PrunedCanvas, SuffixSampler
 
 __all__ = ["ForwardResult", "ForwardRunner", "HostView", "take_rows"]
 
@@ -53,7 +54,8 @@ class ForwardRunner:
     """
 
     def __init__(self, model: Callable, cache: Cache, prompt_length: int, attention_mask: torch.Tensor,
-                 model_kwargs: dict | None, cfg_scale: float, mask_token_id: int, padded: bool = True):
+                 model_kwargs: dict | None, cfg_scale: float, mask_token_id: int, padded: bool = True,
+                 dropout: SuffixSampler | None = None):
         self.model = model
         self.cache = cache
         self.P = prompt_length
@@ -74,19 +76,32 @@ class ForwardRunner:
         self.candidates: torch.Tensor | None = None
         self.session = cache.session(Canvas(prompt_length, attention_mask.shape[1], self.prompt_real, self.shift,
                                              mask_token_id))
+        # suffix dropout (DPad): every forward sees a pruned canvas at the full canvas's position ids
+        self.dropout = dropout
+        self.position_ids = None
+        self.host_rows: dict[int, tuple[torch.Tensor, list[int]]] = {}  # id(device rows) -> (them, host rows)
+        self.canvases: dict[int, tuple[object, PrunedCanvas, list[int]]] = {}  # id(storage) -> its canvas
+        if dropout is not None:
+            T = attention_mask.shape[1]
+            self.position_ids = ((attention_mask.long().cumsum(-1) - 1).clamp(min=0) if padded else
+                                 torch.arange(T, device=attention_mask.device).expand(self.batch, T))
 
     def _call(self, x: torch.Tensor, rows: torch.Tensor, cache=None, start: int = 0, end: int | None = None,
-              window: tuple[int, int] | None = None, cut: bool = False
+              window: tuple[int, int] | None = None, cut: bool = False, canvas: PrunedCanvas | None = None
               ) -> tuple[torch.Tensor, int, tuple[torch.Tensor, torch.Tensor] | None]:
         """Logits of ``rows``, the canvas position of their first column, and the candidates they hold when the
         model computes the LM head at the candidates only (``self.candidates`` inside [start, end)); otherwise
         with ``window`` (canvas positions holding every candidate) a model that supports it computes the LM
         head only there. ``cut`` (or no cache) makes ``end`` the canvas length the network sees (SlowFast's
-        truncated fast phase)."""
+        truncated fast phase). ``canvas`` (suffix dropout) replaces the rows' canvas by its pruned columns."""
         kwargs = _slice_kwargs(self.model_kwargs, rows, self.batch)
         mask = None if self.mask is None else self.mask.index_select(0, rows)
-        end = x.shape[1] if end is None else end
         inp = x.index_select(0, rows)
+        if canvas is not None:
+            inp, mask = inp.gather(1, canvas.index), canvas.mask
+            kwargs["position_ids"] = canvas.position_ids
+        length = inp.shape[1]
+        end = length if end is None else min(end, length)
         first, at = start, None
         if self.head_at and self.candidates is not None:
             sub = self.candidates.index_select(0, rows)
@@ -99,14 +114,14 @@ class ForwardRunner:
             if lo < hi:
                 kwargs["logits_range"] = (lo, hi)
                 first = lo
-        if (cache is None or cut) and end < x.shape[1]:
+        if (cache is None or cut) and end < length:
             inp = inp[:, :end]
             mask = None if mask is None else mask[:, :end]
         if cache is None:
             if self.cfg_scale > 0:
                 return self._cfg_call(inp, mask, kwargs), first, at
             return self.model(inp, attention_mask=mask, **kwargs), first, at
-        if start == 0 and (cut or end == x.shape[1]):
+        if start == 0 and (cut or end == length):
             return self.model(inp, attention_mask=mask, cache=cache, **kwargs), first, at
         return self.model(inp[:, start:end], attention_mask=mask, cache=cache, start=start, **kwargs), first, at
 
@@ -152,20 +167,62 @@ class ForwardRunner:
             self.window = (self.P + min(view.block_lo[r] for r in view.rows),
                            self.P + max(view.block_hi[r] for r in view.rows))
         self.candidates = candidates
-        return [self._run_forward(x, f) for f in self.session.forwards(view, StepRows(view.rows, rows), x)]
+        step_rows = StepRows(view.rows, rows)
+        if self.dropout is not None:
+            self.dropout.update(view.rows, view.block_hi)
+            step_rows = _RecordedRows(view.rows, rows, self.host_rows)
+        return [self._run_forward(x, f) for f in self.session.forwards(view, step_rows, x)]
+
+    def _pruned(self, f: Forward) -> PrunedCanvas:
+        """The pruned canvas of a planned forward: built for its rows at a full forward, else the one its storage
+        was filled with (restricted to the rows it still holds)."""
+        group = self.host_rows[id(f.rows)][1]
+        full = f.start == 0 and f.end is None
+        if f.storage is None or full or id(f.storage) not in self.canvases:
+            mask = None if self.mask is None else self.mask.index_select(0, f.rows)
+            canvas = self.dropout.canvas(group, self.P, self.position_ids.index_select(0, f.rows), mask)
+        else:
+            _, canvas, held = self.canvases[id(f.storage)]
+            if held != group:
+                canvas = canvas.keep_rows([held.index(r) for r in group])
+        if f.storage is not None:
+            self.canvases[id(f.storage)] = (f.storage, canvas, group)
+        return canvas
 
     def _run_forward(self, x: torch.Tensor, f: Forward) -> ForwardResult:
         """Run one planned forward; its forward positions per row as the plan counts them."""
+        canvas = None
         if f.positions is not None:
             logits, at = self._call_at(x, f.rows, f.storage, f.positions)
             first = 0
         else:
+            canvas = self._pruned(f) if self.dropout is not None else None
             logits, first, at = self._call(x, f.rows, cache=f.storage, start=f.start, end=f.end, window=self.window,
-                                           cut=f.cut)
-        if f.count_prompt:
+                                           cut=f.cut, canvas=canvas)
+        if canvas is not None:  # the live columns of the pruned canvas this forward queried
+            lengths = torch.tensor(canvas.lengths, dtype=torch.long, device=f.rows.device)
+            end = lengths if f.end is None else lengths.clamp(max=f.end)
+            counted = (self.prompt_real.index_select(0, f.rows) + end - self.P if f.count_prompt
+                       else end - f.start + (self.shift if f.start > 0 else 0))
+        elif f.count_prompt:
             counted = self.prompt_real.index_select(0, f.rows) + f.count
         elif isinstance(f.count, torch.Tensor):
             counted = f.count.to(dtype=torch.long, device=f.rows.device)
         else:
             counted = torch.full((f.rows.numel(),), f.count, dtype=torch.long, device=f.rows.device)
         return ForwardResult(f.rows, logits, first, f.refresh, counted, at)
+
+
+class _RecordedRows(StepRows):
+    """StepRows that remember which host rows each device row tensor stands for (suffix dropout builds a row's
+    pruned canvas from its host-side draw)."""
+
+    def __init__(self, host_rows: list[int], rows: torch.Tensor, record: dict) -> None:
+        super().__init__(host_rows, rows)
+        self.record = record
+        record[id(rows)] = (rows, host_rows)
+
+    def device(self, host_rows: list[int]) -> torch.Tensor:
+        out = super().device(host_rows)
+        self.record[id(out)] = (out, list(host_rows))
+        return out

@@ -90,6 +90,53 @@ class BlockPolicy:
         return state.block >= state.num_blocks
 
 
+@dataclass
+class DPadState(BlockState):
+    """``BlockState`` plus the rows whose block was completed by the last step, and that block's bounds."""
+
+    completed: torch.Tensor | None = None  # [B] bool
+    completed_lo: torch.Tensor | None = None  # [B] long
+
+
+@dataclass(frozen=True)
+class DPadPolicy(BlockPolicy):
+    """DPad: LLaDA blocks where each block's forwards see only the suffix masks kept by a Gaussian-shaped draw
+    inside ``suffix_window`` (:mod:`dllm_bench.decoding.suffix_dropout`); None = the whole answer.
+
+    ``early_termination``: once a block is complete and holds an EOS, the row ends and the rest of its answer
+    is EOS (DPad's check, run at a block's end only). ``rng``: "row" (a generator per row from its seed) or
+    "global" (torch's default generator, as DPad's evaluation draws).
+    """
+
+    suffix_window: int | None = None
+    sigma: float = 4.0
+    scale: float = 2.0
+    early_termination: bool = True
+    rng: str = "row"
+    name: str = field(default="dpad", init=False)
+
+    def init_state(self, batch: int, gen_length: int, block_length: int, device: torch.device) -> DPadState:
+        base = super().init_state(batch, gen_length, block_length, device)
+        return DPadState(**{f: getattr(base, f) for f in base.__dataclass_fields__},
+                         completed=torch.zeros(batch, dtype=torch.bool, device=device),
+                         completed_lo=torch.zeros(batch, dtype=torch.long, device=device))
+
+    def advance(self, state: DPadState, masked: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+        before = state.block.clone()
+        finished = super().advance(state, masked, active)
+        state.completed = state.block != before
+        state.completed_lo = before * state.block_length
+        return finished
+
+    def terminated(self, state: DPadState, answer: torch.Tensor, eos_id: int) -> torch.Tensor:
+        """[B] bool: rows whose block completed by the last step holds ``eos_id`` (False without early
+        termination)."""
+        if not self.early_termination:
+            return torch.zeros_like(state.completed)
+        in_block = _span_mask(state.completed_lo, state.completed_lo + state.block_length, answer.shape[1])
+        return state.completed & (in_block & (answer == eos_id)).any(dim=1)
+
+
 # ---------------------------------------------------------------- Dream diffusion_generate
 
 

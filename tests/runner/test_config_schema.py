@@ -96,6 +96,9 @@ SWITCHES = [
         ("explore_steps", 3), ("tau_min", 0.2), ("stability_window", 3), ("stability_threshold", 0.5),
         ("tau_high", 0.8), ("explore_tau", 0.7), ("min_parallel", 3), ("truncate_fast", True)]],
     (["policy=slowfast_code", "gen_length=24", "block_length=24"], "policy.variant", "dream", 0),
+    *[(["policy=dpad"], f"policy.{k}", v, 0) for k, v in [
+        ("suffix_window", 8), ("sigma", 3.0), ("scale", 2.3), ("early_termination", False), ("rng", "global")]],
+    (["policy=dpad", "rule=topk"], "policy.steps", 24, 0),
 ]
 
 

@@ -12,7 +12,7 @@ from dllm_bench.runner.config import CONF_DIR
 from dllm_bench.runner.execute import execute
 from dllm_bench.runner.validate import ConfigError, validate_config
 
-POLICIES = ("blocks", "dream", "dream_threshold", "slowfast_code", "slowfast_paper", "slowfast_dream")
+POLICIES = ("blocks", "dpad", "dream", "dream_threshold", "slowfast_code", "slowfast_paper", "slowfast_dream")
 RULES = ("topk", "threshold", "factor", "frechet", "oracle", "eb_sampler", "entropy_threshold", "hierarchy",
          "local_leap", "credit", "none")
 ADAPTIVE = tuple(r for r in RULES if r not in ("topk", "none"))
@@ -23,6 +23,9 @@ RUNS = "runs"
 EXPECTED = {
     **{("blocks", r): RUNS for r in ("topk", *ADAPTIVE)},
     ("blocks", "none"): "policy 'blocks' has no commit rule of its own",
+    **{("dpad", r): RUNS for r in ("topk", *ADAPTIVE) if r != "credit"},
+    ("dpad", "credit"): "rule 'credit' keeps its credit per block of policy 'blocks'",
+    ("dpad", "none"): "policy 'dpad' has no commit rule of its own",
     **{("dream", r): "policy 'dream' commits its timestep schedule's count ranked by its alg, so rule must be none"
        for r in RULES if r != "none"},
     ("dream", "none"): RUNS,
@@ -50,7 +53,7 @@ def overrides(policy: str, rule: str, tmp_path) -> list[str]:
            "progress=false", "num_threads=1"]
     if policy in DREAM_MODEL:
         out += ["model=tiny_dream", "block_length=24"]
-    if policy in ("dream", "dream_threshold") or (policy == "blocks" and rule == "topk"):
+    if policy in ("dream", "dream_threshold") or (policy in ("blocks", "dpad") and rule == "topk"):
         out.append("policy.steps=24")
     return out
 
