@@ -205,8 +205,7 @@ class MoEBlock(Block):
         q = rope_in_dtype(q, *ctx.query_rope(q_index))
         if not keys_rotated:
             k = rope_in_dtype(k, ctx.cos, ctx.sin)
-        mask = None if ctx.key_mask is None else ctx.key_mask[:, None, None, :]
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.n_kv_heads != self.n_heads)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=ctx.attention_mask(), enable_gqa=self.n_kv_heads != self.n_heads)
         b, _, t, _ = out.shape
         return self.o_proj(out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
 
