@@ -462,21 +462,18 @@ class WinoPolicy:
         pair[:, T:, T:] = True  # the shadow block sees itself
         own = torch.arange(T, device=x.device).view(1, 1, T) == block_pos.unsqueeze(2)
         pair[:, T:, :T] = ~own  # shadow i sees the canvas except its own real position
-        answer = inp[:, P:]
-        in_block = _span_mask(lo, lo + L, G)
-        decoded = in_block & (answer != mask_token_id)
+        held = inp.gather(1, block_pos)  # [b, L] the tokens at the block's positions
         cand = candidates.index_select(0, rows)
-        at_c = cand.nonzero(as_tuple=True)
-        at_d = decoded.nonzero(as_tuple=True)
+        at_c = cand.nonzero(as_tuple=True)  # the step's one read: how many candidates the LM head runs on
         n_c = at_c[0].numel()
-        logits_at = (torch.cat([at_c[0], at_d[0]]),
-                     torch.cat([P + at_c[1], T + at_d[1] - lo.index_select(0, at_d[0])]))
+        shadow_rows = torch.arange(b, device=x.device).repeat_interleave(L)
+        shadow_pos = T + torch.arange(L, device=x.device).repeat(b)
+        logits_at = (torch.cat([at_c[0], shadow_rows]), torch.cat([P + at_c[1], shadow_pos]))
         logits = model(ext, attention_mask=ext_keys, position_ids=position_ids, logits_at=logits_at,
                        query_key_mask=pair)
-        probs = torch.softmax(logits[n_c:].to(torch.float64), dim=-1)
-        held = answer[at_d].unsqueeze(1)
+        probs = torch.softmax(logits[n_c:].to(torch.float64), dim=-1).gather(1, held.reshape(-1, 1)).view(b, L)
         back = torch.full((B, G), float("inf"), dtype=torch.float64, device=x.device)
-        back[rows.index_select(0, at_d[0]), at_d[1]] = probs.gather(1, held).squeeze(1)
+        back[rows.unsqueeze(1), block_pos - P] = torch.where(held != mask_token_id, probs, float("inf"))
         state.back = back
         positions = prompt_real.index_select(0, rows) + G + L  # the shadow block is computed too
         return ForwardResult(rows, logits[:n_c], 0, True, positions, at=at_c)

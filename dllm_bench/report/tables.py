@@ -154,10 +154,15 @@ def make_cell(spec: TableSpec, data: dict[str, Any], rows: list[PublishedRow], c
                 tuple(data.get("notes") or ()), dict(data.get("speedup_ref") or {}), scoring)
 
 
+def published_path(spec: TableSpec) -> Path:
+    """The CSV holding a table's published rows: its `published_file` in results/published/, else the papers'."""
+    return PUBLISHED_CSV.parent / spec.published_file if spec.published_file else PUBLISHED_CSV
+
+
 def table_cells(spec: TableSpec, published: list[PublishedRow] | None = None) -> list[Cell]:
     """Every cell of a table in file order."""
     if published is None and spec.paper:
-        published = load_published(PUBLISHED_CSV.parent / spec.published_file if spec.published_file else PUBLISHED_CSV)
+        published = load_published(published_path(spec))
     rows = published if spec.paper else []
     cells = [make_cell(spec, data, rows) for data in spec.cells_data]
     if spec.paper and not any(c.published for c in cells):
