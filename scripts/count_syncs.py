@@ -35,6 +35,10 @@ for _rule, _params in RULES.items():
     for _cache in ("none", "prefix", "dual"):
         SETTINGS[f"blocks/{_rule}/{_cache}"] = ("llada", "blocks", {"steps": "gen"} if _rule == "topk" else {},
                                                 _rule, _params, _cache, 3)
+# the field's later rules (one file each in dllm_bench/decoding/rules/), at their defaults, without a cache
+for _rule in ("eb_sampler", "entropy_threshold", "hierarchy", "local_leap", "credit"):
+    SETTINGS[f"blocks/{_rule}/none"] = ("llada", "blocks", {}, _rule, {}, "none", 3)
+SETTINGS["wino/none"] = ("llada", "wino", {}, None, {}, "none", 3)
 SETTINGS["blocks/threshold/dllm"] = ("llada", "blocks", {}, "threshold", {"tau": 0.9}, "dllm", 5)
 SETTINGS["slowfast/code/none"] = ("llada", "slowfast", {"preset": "code"}, None, {}, "none", 5)
 SETTINGS["slowfast/dream/none"] = ("dream", "slowfast", {"preset": "dream"}, None, {}, "none", 5)

@@ -22,6 +22,7 @@ from dllm_bench.decoding.policies import (
     DreamPolicy,
     DreamThresholdPolicy,
     SlowFastPolicy,
+    WinoPolicy,
 )
 from dllm_bench.decoding.rules import RULES, build_rule, rule_parameters
 from dllm_bench.decoding.rules.factor import FactorSelector
@@ -53,15 +54,16 @@ def _check_params(kind: str, name: str, cls, params: dict) -> None:
 
 # ---------------------------------------------------------------- policies
 
-Policy = BlockPolicy | DPadPolicy | DreamPolicy | DreamThresholdPolicy | SlowFastPolicy
+Policy = BlockPolicy | DPadPolicy | DreamPolicy | DreamThresholdPolicy | SlowFastPolicy | WinoPolicy
 POLICY_CLASSES = {"blocks": BlockPolicy, "dpad": DPadPolicy, "dream": DreamPolicy,
-                  "dream_threshold": DreamThresholdPolicy, "slowfast": SlowFastPolicy}
+                  "dream_threshold": DreamThresholdPolicy, "slowfast": SlowFastPolicy, "wino": WinoPolicy}
 POLICIES = tuple(POLICY_CLASSES)
 
 
 def build_policy(name: str, **params) -> Policy:
-    """Policy from a name: blocks (steps=None|int), dpad (steps, window, sigma, scale, early_termination, rng),
-    dream (steps, alg, eps), dream_threshold (steps, tau), slowfast (preset=..., overrides)."""
+    """Policy from a name: blocks (steps=None|int), dpad (steps, suffix_window, sigma, scale, early_termination,
+    rng), dream (steps, alg, eps), dream_threshold (steps, tau), slowfast (preset=..., overrides),
+    wino (threshold, threshold_back)."""
     if name in ("blocks", "dpad"):
         cls = POLICY_CLASSES[name]
         _check_params("policy", name, cls, params)
@@ -100,6 +102,14 @@ def build_policy(name: str, **params) -> Policy:
                 raise ValueError(f"slowfast {tau_name} must be in [0, 1], got {getattr(pol, tau_name)}")
         if pol.variant not in ("llada", "dream"):
             raise ValueError(f"slowfast variant {pol.variant!r} is not one of llada, dream")
+        return pol
+    if name == "wino":
+        _check_params("policy", name, WinoPolicy, params)
+        pol = WinoPolicy(**params)
+        for key in ("threshold", "threshold_back"):
+            value = getattr(pol, key)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+                raise ValueError(f"wino {key} must be a number in [0, 1], got {value!r}")
         return pol
     raise ValueError(f"policy {name!r} is not one of {POLICIES}")
 
@@ -186,6 +196,16 @@ def check_combination(
             raise ValueError(
                 f"slowfast truncate_fast (published fast phase) runs without a cache or with {allowed}, got {cache.name!r}"
             )
+    elif isinstance(policy, WinoPolicy):
+        if selector is not None:
+            raise ValueError(f"policy 'wino' has its own commit rule (wide in > threshold, narrow out < "
+                             f"threshold_back): rule must be none, got {selector.name!r}")
+        if not isinstance(cache, NoCache):
+            raise ValueError(f"policy 'wino' runs only without a cache (the published loop recomputes the whole "
+                             f"canvas and its shadow block every step), got cache {cache.name!r}")
+        if cfg_scale != 0:
+            raise ValueError(f"policy 'wino' has no classifier-free guidance (the published loop has none), "
+                             f"got cfg_scale {cfg_scale}")
     else:
         raise ValueError(f"unknown policy {policy!r}")
     if isinstance(policy, DPadPolicy):

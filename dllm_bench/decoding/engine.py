@@ -142,6 +142,10 @@ def generate(
     forbidden = tuple(dict.fromkeys([*forbidden_token_ids, *(() if confidence_mask_in_softmax else (mask_id,))]))
     unchosen = (mask_id,) if confidence_mask_in_softmax else ()
     force_first = cache.force_first
+    shadow = getattr(policy, "shadow", False)
+    if shadow and getattr(getattr(model, "config", None), "shift_logits", False):
+        raise ValueError(f"policy {policy.name!r} re-scores a token at its own position, which a model with shifted "
+                         "logits (Dream) does not predict there: run it on a LLaDA-format model")
 
     # per-row counters stay on the device and are read once, after the loop
     active = torch.ones(B, dtype=torch.bool, device=device)
@@ -165,7 +169,11 @@ def generate(
             lo, hi = policy.window(state)
             cand = masked & (j >= lo.unsqueeze(1)) & (j < hi.unsqueeze(1)) & active.unsqueeze(1)
             block_lo, block_hi = policy.block(state)
-            results = runner.run(x, rows, cand, view)
+            if shadow:  # the policy computes its own forward (WINO's shadow block)
+                results = [policy.shadow_forward(model, x, rows, state, cand, runner.mask, P, mask_id,
+                                                 runner.prompt_real)]
+            else:
+                results = runner.run(x, rows, cand, view)
             if dtype is None:
                 dtype = resolve_precision(confidence_precision, results[0].logits.dtype)
             conf = torch.full((B, G), float("-inf"), dtype=dtype, device=device)
@@ -192,6 +200,8 @@ def generate(
                 commit = torch.where(forced.unsqueeze(1), first, commit)
             commit &= cand
             answer.copy_(torch.where(commit, tokens, answer))
+            if shadow:  # WINO's narrow-out: decoded tokens the shadow block re-scored low are masked again
+                answer.copy_(torch.where(state.revoke & active.unsqueeze(1), mask_id, answer))
             if trace:
                 for b, entry in enumerate(_trace_step(step, conf, cand, commit, frechet_trace)):
                     if entry is not None:

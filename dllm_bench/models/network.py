@@ -81,6 +81,14 @@ class LayerContext:
     start: int
     length: int
     index: torch.Tensor | None = None  # [B, length] long: the queries' canvas positions (None = the span)
+    pair_mask: torch.Tensor | None = None  # [B, S, S] bool, query i may attend key j (no cache: queries = canvas)
+
+    def attention_mask(self) -> torch.Tensor | None:
+        """The SDPA mask: [B, 1, S, S] from ``pair_mask`` (and the key mask), else [B, 1, 1, S], or None."""
+        if self.pair_mask is None:
+            return None if self.key_mask is None else self.key_mask[:, None, None, :]
+        mask = self.pair_mask if self.key_mask is None else self.pair_mask & self.key_mask[:, None, :]
+        return mask[:, None]
 
     def query_rope(self, index: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """cos/sin for the query positions: the forward's queries, or the positions ``index`` [B, n]."""
@@ -137,8 +145,7 @@ class Block(nn.Module):
         q = apply_rope(q, q_cos, q_sin)
         if not keys_rotated:
             k = apply_rope(k, ctx.cos, ctx.sin)
-        mask = None if ctx.key_mask is None else ctx.key_mask[:, None, None, :]
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.n_kv_heads != self.n_heads)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=ctx.attention_mask(), enable_gqa=self.n_kv_heads != self.n_heads)
         b, _, t, _ = out.shape
         return self.o_proj(out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
 
@@ -203,6 +210,7 @@ class DiffusionLM(nn.Module):
         logits_range: tuple[int, int] | None = None,
         logits_at: tuple[torch.Tensor, torch.Tensor] | None = None,
         query_positions: torch.Tensor | None = None,
+        query_key_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Logits [B, T, V] for ``input_ids`` [B, T] placed at canvas positions ``[start, start + T)``.
 
@@ -210,12 +218,15 @@ class DiffusionLM(nn.Module):
         A partial span (start > 0 or T < S) needs a filled KV cache holding the other positions.
         ``logits_range=(a, b)`` (absolute positions inside the span) computes the LM head only there;
         ``logits_at=(rows, positions)`` ([n] each, absolute positions inside the span) only at those pairs, and
-        the logits are [n, V] in that order.
+        the logits are [n, V] in that order. ``query_key_mask`` [B, S, S] bool (without a cache) says which keys
+        each query attends, on top of ``attention_mask`` (WINO's shadow block).
         ``query_positions`` [B, T] (ascending per row, a filled cache holding the rest): ``input_ids`` are the
         tokens at those canvas positions, one set per row, instead of a span (see :meth:`_forward_at`).
         """
         if logits_range is not None and logits_at is not None:
             raise ValueError("give logits_range or logits_at, not both")
+        if query_key_mask is not None and (cache is not None or query_key_mask.shape[1:] != (t := input_ids.shape[1], t)):
+            raise ValueError(f"query_key_mask needs no cache and shape [B, T, T], got {tuple(query_key_mask.shape)}")
         if query_positions is not None:
             return self._forward_at(input_ids, query_positions, attention_mask, position_ids, cache, embed_override,
                                     logits_range, logits_at)
@@ -235,7 +246,8 @@ class DiffusionLM(nn.Module):
         if arange:
             position_ids = torch.arange(s, device=input_ids.device).expand(b, s)
         cos, sin = self._rope_tables(position_ids, arange)
-        ctx = LayerContext(cos=cos, sin=sin, key_mask=attention_mask, start=q_lo, length=start + t - q_lo)
+        ctx = LayerContext(cos=cos, sin=sin, key_mask=attention_mask, start=q_lo, length=start + t - q_lo,
+                           pair_mask=None if query_key_mask is None else query_key_mask.to(input_ids.device).bool())
 
         h = self.embed(input_ids)
         if embed_override is not None:

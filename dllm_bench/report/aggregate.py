@@ -26,6 +26,7 @@ class Aggregate:
     nfe_mean: float          # NFE per document
     tokens_per_forward: float
     run_ids: tuple[str, ...]
+    latency_s: float = math.nan    # seconds a document waits for its answer (runs.csv `latency_s_mean`), pooled
     task_docs: int | None = None   # documents the task has (runs.csv `task_docs`; None for older runs)
     loaded: bool | None = None     # any pooled run timed on a loaded machine (None: not recorded)
     batch_size: int | None = None  # the pooled runs' batch size (None: not recorded)
@@ -103,6 +104,17 @@ def _sandbox(rows: pd.DataFrame) -> tuple[tuple[str, int], ...]:
     return tuple((status, n) for status, n in totals if n > 0)
 
 
+def _latency(rows: pd.DataFrame) -> float:
+    """Mean per-document latency over the pooled runs (each run's `latency_s_mean` weighted by its documents);
+    nan when no run records it."""
+    if "latency_s_mean" not in rows:
+        return math.nan
+    latency = pd.to_numeric(rows["latency_s_mean"], errors="coerce")
+    docs = pd.to_numeric(rows["n_samples"], errors="coerce")
+    known = latency.notna() & docs.notna() & (docs > 0)
+    return float((latency[known] * docs[known]).sum() / docs[known].sum()) if known.any() else math.nan
+
+
 def aggregate_runs(rows: pd.DataFrame) -> Aggregate:
     """Pool the runs.csv rows of one setting.
 
@@ -153,6 +165,7 @@ def aggregate_runs(rows: pd.DataFrame) -> Aggregate:
         nfe_mean=float(per_repeat["nfe_total"].sum()) / total_n,
         tokens_per_forward=float(per_repeat["tokens_total"].sum() / per_repeat["nfe_total"].sum()),
         run_ids=tuple(sorted(set(rows["run_id"].astype(str)))),
+        latency_s=_latency(rows),
         task_docs=_task_docs(rows),
         loaded=_loaded(rows),
         batch_size=batch,

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from dllm_bench.report.published import PublishedRow, load_published
+from dllm_bench.report.published import PUBLISHED_CSV, PublishedRow, load_published
 from dllm_bench.runner.config import CONF_DIR
 from dllm_bench.tasks import TaskConfig
 
@@ -31,10 +31,11 @@ METRIC_LABELS = {
     "speedup": "Speedup (x)",
     "tokens_per_forward": "Tok/NFE",
     "nfe_mean": "NFE/sample",
+    "latency_s": "Latency (s)",
 }
 CELL_KEYS = {"row", "col", "overrides", "published", "notes", "unavailable", "speedup_ref", "scoring"}
 TABLE_KEYS = {"title", "preset", "paper", "table", "metrics", "row_header", "speedup_ref", "scoring", "needs_gpu",
-              "cells"}
+              "cells", "published_file"}
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,7 @@ class TableSpec:
     row_header: str = "Setting"
     needs_gpu: bool = True
     scoring: str | None = None
+    published_file: str | None = None  # a CSV in results/published/ other than the papers' (None = that one)
     row_fields: tuple[str, ...] = ("row",)
     col_fields: tuple[str, ...] = ("col",)
 
@@ -98,6 +100,7 @@ def load_table(path: Path) -> TableSpec:
         cells_data=tuple(data["cells"]), paper=data.get("paper"), table=data.get("table"),
         speedup_ref=dict(data.get("speedup_ref") or {}), row_header=data.get("row_header", "Setting"),
         needs_gpu=bool(data.get("needs_gpu", True)), scoring=data.get("scoring"),
+        published_file=data.get("published_file"),
     )
 
 
@@ -151,9 +154,16 @@ def make_cell(spec: TableSpec, data: dict[str, Any], rows: list[PublishedRow], c
                 tuple(data.get("notes") or ()), dict(data.get("speedup_ref") or {}), scoring)
 
 
+def published_path(spec: TableSpec) -> Path:
+    """The CSV holding a table's published rows: its `published_file` in results/published/, else the papers'."""
+    return PUBLISHED_CSV.parent / spec.published_file if spec.published_file else PUBLISHED_CSV
+
+
 def table_cells(spec: TableSpec, published: list[PublishedRow] | None = None) -> list[Cell]:
     """Every cell of a table in file order."""
-    rows = (load_published() if published is None else published) if spec.paper else []
+    if published is None and spec.paper:
+        published = load_published(published_path(spec))
+    rows = published if spec.paper else []
     cells = [make_cell(spec, data, rows) for data in spec.cells_data]
     if spec.paper and not any(c.published for c in cells):
         raise ValueError(f"table {spec.name}: no cell names a published row of {spec.paper} {spec.table}")

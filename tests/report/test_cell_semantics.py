@@ -132,7 +132,8 @@ def test_every_cell_runs_what_the_published_code_ran(table):
 
 
 def test_every_paper_table_is_pinned():
-    assert set(EXPECTED) == {name for name, spec in TABLES.items() if spec.paper}
+    # the field table (its own published file) runs each method at its rule's defaults, pinned by the rules' goldens
+    assert set(EXPECTED) == {name for name, spec in TABLES.items() if spec.paper and spec.published_file is None}
 
 
 def test_slowfast_cells_run_both_presets_labelled():

@@ -140,3 +140,11 @@ def test_summary_fronts_and_fixed_settings():
     assert outside.loc["p", "dominated_by"].startswith("delta=0.2 (95.0 %")  # the fixed δ 0.25 is beaten by δ 0.2
     assert outside.loc["q", "dominated_by"] == ""  # more accurate than any searched run: on the front
     assert outside.loc["p", "setting"] == "delta=0.25"
+
+
+def test_aup_of_a_hand_computed_example():
+    """Points given out of order: sorted by TPF they are (1.5, 80) then (3.0, 79); y_max 80, so W(80) = 1 and
+    W(79) = exp(-3 (1 - 79/80)) = exp(-0.0375) = 0.963194...; AUP = 1.5 * 80 + (3.0 - 1.5) (80 + 79 W(79)) / 2
+    = 120 + 0.75 * 156.0924 = 237.0693"""
+    got = aup(np.array([3.0, 1.5]), np.array([79.0, 80.0]), 80.0)
+    assert got == pytest.approx(237.0693, abs=1e-4)

@@ -12,7 +12,8 @@ from dllm_bench.runner.config import CONF_DIR
 from dllm_bench.runner.execute import execute
 from dllm_bench.runner.validate import ConfigError, validate_config
 
-POLICIES = ("blocks", "dpad", "dream", "dream_threshold", "slowfast_code", "slowfast_paper", "slowfast_dream")
+POLICIES = ("blocks", "dpad", "dream", "dream_threshold", "slowfast_code", "slowfast_paper", "slowfast_dream",
+            "wino")
 RULES = ("topk", "threshold", "factor", "frechet", "oracle", "eb_sampler", "entropy_threshold", "hierarchy",
          "local_leap", "credit", "none")
 ADAPTIVE = tuple(r for r in RULES if r not in ("topk", "none"))
@@ -37,6 +38,8 @@ EXPECTED = {
     **{(p, r): "policy 'slowfast' explores by top-1 probability" for p in SLOWFAST
        for r in ("eb_sampler", "entropy_threshold")},
     **{(p, "credit"): "rule 'credit' keeps its credit per block of policy 'blocks'" for p in SLOWFAST},
+    **{("wino", r): "policy 'wino' has its own commit rule" for r in RULES if r != "none"},
+    ("wino", "none"): RUNS,
 }
 
 
