@@ -1,14 +1,20 @@
 """Plain-value configuration of selectors, policies and caches, with builders that validate early.
 
 The runner builds these from Hydra config: ``build_selector(name, **params)``, ``build_policy(name,
-**params)``, ``build_cache(name, **params)``; ``check_combination`` rejects pairs that cannot run together.
+**params)``, ``build_cache(name, **params)`` (the rules' and caches' registries, filled in ``decoding/rules/`` and
+``decoding/caches/``); ``check_combination`` rejects pairs that cannot run together.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import fields
 from typing import Any
 
+from dllm_bench.decoding.caches import CACHES, build_cache, cache_parameters
+from dllm_bench.decoding.caches.dllm import DLLMCache
+from dllm_bench.decoding.caches.dual import DualCache
+from dllm_bench.decoding.caches.none import NoCache
+from dllm_bench.decoding.caches.prefix import PrefixCache
 from dllm_bench.decoding.policies import (
     SLOWFAST_PRESETS,
     BlockPolicy,
@@ -94,85 +100,10 @@ def build_policy(name: str, **params) -> Policy:
     raise ValueError(f"policy {name!r} is not one of {POLICIES}")
 
 
-# ---------------------------------------------------------------- caches
+# ---------------------------------------------------------------- caches (one file each in decoding/caches/)
 
-
-@dataclass(frozen=True)
-class NoCache:
-    """Every step is a full forward over the whole canvas."""
-
-    name: str = field(default="none", init=False)
-
-
-@dataclass(frozen=True)
-class PrefixCache:
-    """Fast-dLLM prefix cache: full forward at each block start (and every ``refresh_every`` steps),
-    then recompute [block start, end of canvas) against cached K/V of the prefix.
-
-    ``compat_first_token`` reproduces Fast-dLLM's Dream loop: the refresh forward commits only the block's
-    first position, whatever its confidence.
-    """
-
-    refresh_every: int | None = None
-    compat_first_token: bool = False
-    name: str = field(default="prefix", init=False)
-
-
-@dataclass(frozen=True)
-class DualCache:
-    """Fast-dLLM dual cache: full forward at each block start, then only the block, writing its K/V in place.
-    Runs until the block is full (the published loop stops after steps_per_block - 1 cached steps)."""
-
-    refresh_every: int | None = None
-    compat_first_token: bool = False
-    name: str = field(default="dual", init=False)
-
-
-@dataclass(frozen=True)
-class DLLMCache:
-    """dLLM-Cache: prompt refreshed every K_p forwards, response every K_r, V-verify ratio rho on the rest.
-
-    ``verify_compat`` ranks V-verify's rows as the published hook (similarity in the V dtype, ``torch.topk``)
-    instead of the CPU-independent float64 rule (:func:`dllm_bench.models.cache.least_similar_rows`).
-    """
-
-    prompt_interval: int = 100  # dLLM-Cache's LLaDA-Base setting; its LLaDA-Instruct GSM8K run used 50/7
-    response_interval: int = 6
-    verify_ratio: float = 0.25
-    layer0_always: bool = True
-    verify_compat: bool = False
-    name: str = field(default="dllm", init=False)
-
-    def plan(self, forward_index: int) -> tuple[bool, bool, float]:
-        """(refresh_prompt, refresh_response, verify_ratio) for the 1-based forward count."""
-        refresh_prompt = (forward_index - 1) % self.prompt_interval == 0
-        refresh_response = (forward_index - 1) % self.response_interval == 0
-        return refresh_prompt, refresh_response, (0.0 if refresh_response else self.verify_ratio)
-
-
-Cache = NoCache | PrefixCache | DualCache | DLLMCache
-CACHES = {"none": NoCache, "prefix": PrefixCache, "dual": DualCache, "dllm": DLLMCache}
-
-
-def build_cache(name: str, **params) -> Cache:
-    """Cache from a name: none; prefix/dual (refresh_every, compat_first_token); dllm (prompt_interval,
-    response_interval, verify_ratio, layer0_always, verify_compat)."""
-    if name not in CACHES:
-        raise ValueError(f"cache {name!r} is not one of {sorted(CACHES)}")
-    cls = CACHES[name]
-    _check_params("cache", name, cls, params)
-    cache = cls(**params)
-    if name in ("prefix", "dual") and cache.refresh_every is not None and cache.refresh_every < 1:
-        raise ValueError(f"{name} refresh_every must be >= 1 or None, got {cache.refresh_every}")
-    if name == "dllm":
-        if cache.prompt_interval < 1 or cache.response_interval < 1:
-            raise ValueError(
-                f"dllm prompt_interval and response_interval must be >= 1 (1 = every forward), got "
-                f"{cache.prompt_interval}, {cache.response_interval}"
-            )
-        if not 0 <= cache.verify_ratio <= 1:
-            raise ValueError(f"dllm verify_ratio must be in [0, 1], got {cache.verify_ratio}")
-    return cache
+Cache = Any  # any registered cache (decoding.caches.Cache)
+__all__ += ["CACHES", "DLLMCache", "DualCache", "NoCache", "PrefixCache", "build_cache"]
 
 
 def builder_parameters(kind: str, name: str) -> tuple[str, ...] | None:
@@ -182,8 +113,9 @@ def builder_parameters(kind: str, name: str) -> tuple[str, ...] | None:
     """
     if kind in ("selector", "rule"):
         return rule_parameters(name)
-    registry = {"policy": POLICY_CLASSES, "cache": CACHES}[kind]
-    cls = registry.get(name)
+    if kind == "cache":
+        return cache_parameters(name)
+    cls = POLICY_CLASSES.get(name)
     return None if cls is None else init_fields(cls)
 
 
@@ -230,25 +162,19 @@ def check_combination(
                              f"phase's rule must rank by it too; rule {selector.name!r} ranks by {selector.measure!r}")
         if policy.variant == "dream" and block_length != gen_length:
             raise ValueError(f"slowfast variant 'dream' has no blocks: block_length {block_length} must equal gen_length")
-        if policy.truncate_fast and not isinstance(cache, NoCache | DLLMCache):
+        if policy.truncate_fast and not cache.shorter_canvas:
+            allowed = " or ".join(repr(n) for n, cls in CACHES.items() if cls.shorter_canvas and not cls.stateless)
             raise ValueError(
-                f"slowfast truncate_fast (published fast phase) runs without a cache or with 'dllm', got {cache.name!r}"
+                f"slowfast truncate_fast (published fast phase) runs without a cache or with {allowed}, got {cache.name!r}"
             )
     else:
         raise ValueError(f"unknown policy {policy!r}")
     if selector is not None:
         selector.check_combination(policy=policy, cache=cache, gen_length=gen_length, block_length=block_length)
-    if isinstance(cache, PrefixCache | DualCache) and cache.compat_first_token:
-        per_block = (policy.steps // num_blocks if isinstance(policy, BlockPolicy) and policy.steps is not None
-                     else policy.steps if isinstance(policy, DreamPolicy) else None)
-        if per_block == 1:
-            raise ValueError(
-                f"{cache.name} compat_first_token commits only a block's first position at its refresh, so a fixed "
-                f"schedule of 1 step per block would leave masks; give at least 2 steps per block or drop the compat"
-            )
+    cache.check_combination(policy=policy, selector=selector, gen_length=gen_length, block_length=block_length)
     if cfg_scale < 0:
         raise ValueError(f"cfg_scale must be >= 0, got {cfg_scale}")
-    if cfg_scale > 0 and not isinstance(cache, NoCache):
+    if cfg_scale > 0 and not cache.stateless:
         raise ValueError(f"classifier-free guidance runs only without a cache, got cache {cache.name!r}")
 
 
@@ -264,7 +190,7 @@ def _check_dream_threshold(policy: DreamThresholdPolicy, selector: Selector | No
     if gen_length % policy.steps:
         raise ValueError(f"dream_threshold steps {policy.steps} must divide gen_length {gen_length} "
                          f"(the published loop asserts it: the per-step quota is gen_length / steps)")
-    if not isinstance(cache, NoCache):
+    if not cache.stateless:
         raise ValueError(f"policy 'dream_threshold' runs only without a cache, got {cache.name!r}: the published "
                          f"cached Dream runs are the blocked loop (policy blocks, threshold, prefix/dual cache with "
                          f"compat_first_token)")

@@ -10,7 +10,7 @@ import torch
 
 from dllm_bench.decoding.accounting import SampleRecord, StepTrace, count_generated_tokens
 from dllm_bench.decoding.confidence import Workspace, candidate_predictions, resolve_precision
-from dllm_bench.decoding.config import Cache, DualCache, Policy, PrefixCache, Selector
+from dllm_bench.decoding.config import Cache, Policy, Selector
 from dllm_bench.decoding.forward import ForwardResult, ForwardRunner, HostView
 from dllm_bench.decoding.rules import StepContext
 from dllm_bench.decoding.selectors import frechet_gap_sorted, sort_candidates
@@ -93,6 +93,9 @@ def generate(
     confidence_mask_in_softmax = sampling.confidence_mask_in_softmax
     forbidden_token_ids, seed = sampling.forbidden_token_ids, sampling.seed
     trace, tokenizer, stop_strings = spec.accounting.trace, spec.accounting.tokenizer, spec.accounting.stop_strings
+    flavour = getattr(getattr(model, "config", None), "flavour", None)
+    if isinstance(flavour, str) and flavour not in cache.flavours:
+        raise ValueError(f"cache {cache.name!r} runs on {', '.join(cache.flavours)} models only, got a {flavour!r} model")
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids must be [B, P], got shape {tuple(input_ids.shape)}")
     measure = spec.measure
@@ -126,7 +129,7 @@ def generate(
     # the mask token is never a prediction: committing it would leave the position masked forever
     forbidden = tuple(dict.fromkeys([*forbidden_token_ids, *(() if confidence_mask_in_softmax else (mask_id,))]))
     unchosen = (mask_id,) if confidence_mask_in_softmax else ()
-    force_first = isinstance(cache, PrefixCache | DualCache) and cache.compat_first_token
+    force_first = cache.force_first
 
     # per-row counters stay on the device and are read once, after the loop
     active = torch.ones(B, dtype=torch.bool, device=device)
@@ -141,7 +144,7 @@ def generate(
     t0 = time.perf_counter()
     dtype = None
     j = torch.arange(G, device=device).unsqueeze(0)
-    view = _host_view(policy, state, active)
+    view = _host_view(policy, state, active, x[:, P:] == mask_id)
     with torch.no_grad():
         while view.rows:
             rows = all_rows if len(view.rows) == B else active.nonzero().squeeze(1)
@@ -150,8 +153,7 @@ def generate(
             lo, hi = policy.window(state)
             cand = masked & (j >= lo.unsqueeze(1)) & (j < hi.unsqueeze(1)) & active.unsqueeze(1)
             block_lo, block_hi = policy.block(state)
-            limit = policy.canvas_limit(state) if hasattr(policy, "canvas_limit") else None
-            results = runner.run(x, rows, block_lo, block_hi, limit, cand, view)
+            results = runner.run(x, rows, cand, view)
             if dtype is None:
                 dtype = resolve_precision(confidence_precision, results[0].logits.dtype)
             conf = torch.full((B, G), float("-inf"), dtype=dtype, device=device)
@@ -189,7 +191,7 @@ def generate(
             finish_step = torch.where(finished, step, finish_step)
             active &= ~finished
             step += 1
-            view = _host_view(policy, state, active)  # the step's one host read: it waits for the step to end
+            view = _host_view(policy, state, active, now_masked)  # the step's one host read: it waits for the step to end
             step_times.append(time.perf_counter() - t0)
     tokens_out = x[:, P:].clone()
     if early_stop:
@@ -210,14 +212,14 @@ def generate(
     return GenerationOutput(tokens_out, records)
 
 
-def _host_view(policy: Policy, state, active: torch.Tensor) -> HostView:
-    """The active rows with their block bounds and canvas limits, read in one host read."""
+def _host_view(policy: Policy, state, active: torch.Tensor, masked: torch.Tensor) -> HostView:
+    """The active rows with their block bounds, canvas limits and masked answer positions, in one host read."""
     lo, hi = policy.block(state)
     limit = policy.canvas_limit(state) if hasattr(policy, "canvas_limit") else None
-    parts = [active.long(), lo, hi] + ([limit] if limit is not None else [])
+    parts = [active.long(), lo, hi, masked.sum(dim=1)] + ([limit] if limit is not None else [])
     values = torch.stack([p.to(torch.long) for p in parts]).tolist()
     rows = [b for b, a in enumerate(values[0]) if a]
-    return HostView(rows, values[1], values[2], values[3] if limit is not None else None)
+    return HostView(rows, values[1], values[2], values[4] if limit is not None else None, values[3])
 
 
 def _check_no_mask(tokens: torch.Tensor, mask_id: int, policy: Policy, selector: Selector | None,

@@ -1,9 +1,11 @@
-"""How a step runs the network for each cache mode, for any subset of rows.
+"""How a step runs the network for any subset of rows: the cache's session plans the step's forwards (which
+rows, under which storage, which query positions, what each counts; :mod:`dllm_bench.decoding.caches`), the runner
+runs them and turns each into logits at the step's candidates.
 
-Rows that share a cache must share what the network computes, so rows are kept in cohorts: a cohort is a
-set of rows with one cache object, created by a refresh (full forward) and shrunk when rows leave it (a row
-that finished, or one that needs its own refresh). Each cohort costs one forward per step; rows that move in
-lockstep (fixed-step schedules, the usual case) stay in one cohort.
+Rows that share a cache storage must share what the network computes, so a cache keeps rows in cohorts: a cohort is
+a set of rows with one storage, created by a refresh (full forward) and shrunk when rows leave it (a row that
+finished, or one that needs its own refresh). Each cohort costs one forward per step; rows that move in lockstep
+(fixed-step schedules, the usual case) stay in one cohort.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from dataclasses import dataclass
 
 import torch
 
-from dllm_bench.decoding.config import Cache, DLLMCache, DualCache, NoCache, PrefixCache
+from dllm_bench.decoding.caches import Cache, Canvas, Forward, HostView, StepRows
+
+__all__ = ["ForwardResult", "ForwardRunner", "HostView", "take_rows"]
 
 
 @dataclass
@@ -41,29 +45,8 @@ def _slice_kwargs(model_kwargs: dict, rows: torch.Tensor, batch: int) -> dict:
     return {k: take_rows(v, rows, batch) if isinstance(v, torch.Tensor) else v for k, v in model_kwargs.items()}
 
 
-@dataclass
-class HostView:
-    """What the host knows of a step before it runs, from one read at the end of the previous step: the active
-    rows and every row's block bounds and canvas limit (answer coordinates)."""
-
-    rows: list[int]
-    block_lo: list[int]
-    block_hi: list[int]
-    limit: list[int] | None = None
-
-
-@dataclass
-class _Cohort:
-    rows: torch.Tensor
-    host_rows: list[int]
-    cache: object
-    block: tuple[int, int]
-    since_refresh: int
-    forwards: int = 0
-
-
 class ForwardRunner:
-    """Runs one step's forwards for the active rows under a cache mode; returns logits per row group.
+    """Runs one step's forwards for the active rows as the cache's session plans them; returns logits per forward.
 
     Every decision about rows and cohorts is taken on the host from the step's :class:`HostView`, so a step
     reads nothing more from the device than the candidates' count (to size the LM head).
@@ -80,7 +63,6 @@ class ForwardRunner:
         self.model_kwargs = model_kwargs or {}
         self.cfg_scale = cfg_scale
         self.mask_token_id = mask_token_id
-        self.cohorts: list[_Cohort] = []
         self.prompt_real = attention_mask[:, :prompt_length].sum(dim=1).long()  # real prompt ids per row
         # Dream's shifted logits: a span starting inside the canvas also computes the position before it
         self.shift = int(bool(getattr(getattr(model, "config", None), "shift_logits", False)))
@@ -90,13 +72,8 @@ class ForwardRunner:
         self.head_range = bool(getattr(model, "accepts_logits_range", False))
         self.window: tuple[int, int] | None = None
         self.candidates: torch.Tensor | None = None
-        self._rows: tuple[list[int], torch.Tensor] = ([], torch.empty(0, dtype=torch.long))
-
-    def _device_rows(self, host_rows: list[int]) -> torch.Tensor:
-        """Row indices on the device: the step's active rows as given, any other group copied from the host."""
-        if host_rows == self._rows[0]:
-            return self._rows[1]
-        return torch.tensor(host_rows, dtype=torch.long, device=self._rows[1].device)
+        self.session = cache.session(Canvas(prompt_length, attention_mask.shape[1], self.prompt_real, self.shift,
+                                             mask_token_id))
 
     def _call(self, x: torch.Tensor, rows: torch.Tensor, cache=None, start: int = 0, end: int | None = None,
               window: tuple[int, int] | None = None, cut: bool = False
@@ -133,6 +110,22 @@ class ForwardRunner:
             return self.model(inp, attention_mask=mask, cache=cache, **kwargs), first, at
         return self.model(inp[:, start:end], attention_mask=mask, cache=cache, start=start, **kwargs), first, at
 
+    def _call_at(self, x: torch.Tensor, rows: torch.Tensor, storage, positions: torch.Tensor
+                 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """Logits at the candidates of ``rows`` from a forward whose queries are ``positions`` [b, Q] (canvas
+        positions per row, holding every candidate); the LM head runs at the candidates only."""
+        if not self.head_at:
+            raise RuntimeError(f"cache {self.cache.name!r} queries per-row positions: the model must take logits_at "
+                               "(our networks do)")
+        kwargs = _slice_kwargs(self.model_kwargs, rows, self.batch)
+        mask = None if self.mask is None else self.mask.index_select(0, rows)
+        inp = x.index_select(0, rows).gather(1, positions)
+        sub = self.candidates.index_select(0, rows)
+        at = sub.nonzero(as_tuple=True)  # the step's one read: how many rows the LM head runs on
+        kwargs["logits_at"] = (at[0], at[1] + self.P)
+        logits = self.model(inp, attention_mask=mask, cache=storage, query_positions=positions, **kwargs)
+        return logits, at
+
     def _cfg_call(self, inp: torch.Tensor, mask: torch.Tensor | None, kwargs: dict) -> torch.Tensor:
         """LLaDA classifier-free guidance: un + (cfg + 1)(cond - un), prompt masked in the unconditional copy."""
         un = inp.clone()
@@ -149,121 +142,30 @@ class ForwardRunner:
         cond, uncond = logits.chunk(2)
         return uncond + (self.cfg_scale + 1) * (cond - uncond)
 
-    def run(self, x: torch.Tensor, rows: torch.Tensor, block_lo: torch.Tensor, block_hi: torch.Tensor,
-            canvas_limit: torch.Tensor | None, candidates: torch.Tensor | None = None,
-            view: HostView | None = None) -> list[ForwardResult]:
-        """Forwards for active ``rows``; block bounds and canvas limits are answer coordinates per row;
-        ``candidates`` [B, G] (the positions whose logits the step reads) lets a model that supports it run the
-        LM head there only; ``view`` is the host's copy of the rows, bounds and limits (read here when absent)."""
-        if view is None:
-            view = _read_view(rows, block_lo, block_hi, canvas_limit)
-        self._rows = (view.rows, rows)
+    def run(self, x: torch.Tensor, rows: torch.Tensor, candidates: torch.Tensor | None, view: HostView
+            ) -> list[ForwardResult]:
+        """Forwards for the active ``rows`` of canvas ``x`` [B, T]; ``candidates`` [B, G] (the positions whose logits
+        the step reads) lets a model that supports it run the LM head there only; ``view`` is the host's copy of
+        the rows, block bounds (answer coordinates), canvas limits and masked counts."""
         self.window = None
         if not self.head_at and self.head_range:
             self.window = (self.P + min(view.block_lo[r] for r in view.rows),
                            self.P + max(view.block_hi[r] for r in view.rows))
         self.candidates = candidates
-        if isinstance(self.cache, NoCache):
-            out = []
-            for group, lim in self._limit_groups(view.rows, view.limit, x.shape[1] - self.P):
-                rows_g = self._device_rows(group)
-                logits, first, at = self._call(x, rows_g, end=self.P + lim, window=self.window)
-                out.append(ForwardResult(rows_g, logits, first, True, self._prompt(rows_g) + lim, at))
-            return out
-        if isinstance(self.cache, DLLMCache):
-            return self._run_dllm(x, view)
-        return self._run_kv(x, view)
+        return [self._run_forward(x, f) for f in self.session.forwards(view, StepRows(view.rows, rows), x)]
 
-    @staticmethod
-    def _limit_groups(rows: list[int], limits: list[int] | None, G: int) -> list[tuple[list[int], int]]:
-        """Rows grouped by the answer length the network sees (all of G without a canvas limit)."""
-        if limits is None:
-            return [(rows, G)]
-        return [([r for r in rows if limits[r] == lim], lim) for lim in sorted({limits[r] for r in rows})]
-
-    def _prompt(self, rows: torch.Tensor) -> torch.Tensor:
-        return self.prompt_real.index_select(0, rows)
-
-    def _count(self, rows: torch.Tensor, n: int) -> torch.Tensor:
-        return torch.full((rows.numel(),), n, dtype=torch.long, device=rows.device)
-
-    def _keep(self, cohort: _Cohort, keep: list[bool]) -> _Cohort | None:
-        """Shrink a cohort (and its cache) to the rows where ``keep`` holds; None when none is left."""
-        if not any(keep):
-            return None
-        if not all(keep):
-            index = [i for i, k in enumerate(keep) if k]
-            cohort.cache.keep_rows(torch.tensor(index, dtype=torch.long, device=cohort.rows.device))
-            cohort.host_rows = [cohort.host_rows[i] for i in index]
-            cohort.rows = self._device_rows(cohort.host_rows)
-        return cohort
-
-    def _run_dllm(self, x: torch.Tensor, view: HostView) -> list[ForwardResult]:
-        from dllm_bench.models.cache import FeatureCache
-
-        cfg: DLLMCache = self.cache
-        if not self.cohorts:
-            fc = FeatureCache(prompt_length=self.P, refresh_layer0=cfg.layer0_always, verify_compat=cfg.verify_compat)
-            self.cohorts = [_Cohort(self._device_rows(view.rows), list(view.rows), fc, (0, 0), 0)]
-        cohort = self.cohorts[0]
-        active = set(view.rows)
-        kept = self._keep(cohort, [r in active for r in cohort.host_rows])
-        self.cohorts = [kept] if kept is not None else []
-        cohort.forwards += 1
-        refresh_prompt, refresh_response, ratio = cfg.plan(cohort.forwards)
-        fc = cohort.cache
-        fc.plan(refresh_prompt, refresh_response, ratio)
-        out = []
-        groups = self._limit_groups(cohort.host_rows, view.limit, x.shape[1] - self.P)
-        for group, lim in groups:
-            rows_g = cohort.rows if len(groups) == 1 else self._device_rows(group)
-            # rows cut at different lengths share the cache but run as separate forwards over their own rows
-            fc.select_rows(None if len(groups) == 1 else torch.searchsorted(cohort.rows, rows_g))
-            logits, first, at = self._call(x, rows_g, cache=fc, end=self.P + lim, window=self.window, cut=True)
-            verified = fc.verified_count(lim)
-            prompt = self._prompt(rows_g) if refresh_prompt else self._count(rows_g, 0)
-            response = lim if refresh_response else verified
-            out.append(ForwardResult(rows_g, logits, first, refresh_prompt and refresh_response, prompt + response, at))
-        fc.select_rows(None)
-        return out
-
-    def _run_kv(self, x: torch.Tensor, view: HostView) -> list[ForwardResult]:
-        from dllm_bench.models.cache import KVCache
-
-        cfg: PrefixCache | DualCache = self.cache
-        every = cfg.refresh_every
-        T = x.shape[1]
-        active = set(view.rows)
-        survivors, results, covered = [], [], set()
-        for cohort in self.cohorts:
-            due = every is not None and cohort.since_refresh >= every
-            keep = [r in active and (view.block_lo[r], view.block_hi[r]) == cohort.block and not due
-                    for r in cohort.host_rows]
-            kept = self._keep(cohort, keep)
-            if kept is None:
-                continue
-            covered.update(kept.host_rows)
-            s = self.P + kept.block[0]
-            e = T if isinstance(cfg, PrefixCache) else self.P + kept.block[1]
-            logits, first, at = self._call(x, kept.rows, cache=kept.cache, start=s, end=e, window=self.window)
-            kept.since_refresh += 1
-            survivors.append(kept)
-            results.append(ForwardResult(kept.rows, logits, first, False, self._count(kept.rows, e - s + self.shift), at))
-        refresh = [r for r in view.rows if r not in covered]
-        for key in sorted({(view.block_lo[r], view.block_hi[r]) for r in refresh}):
-            group = [r for r in refresh if (view.block_lo[r], view.block_hi[r]) == key]
-            rows_g = self._device_rows(group)
-            kv = KVCache()
-            logits, first, at = self._call(x, rows_g, cache=kv, window=self.window)
-            survivors.append(_Cohort(rows_g, group, kv, key, 1))
-            results.append(ForwardResult(rows_g, logits, first, True, self._prompt(rows_g) + (T - self.P), at))
-        self.cohorts = survivors
-        return results
-
-
-def _read_view(rows: torch.Tensor, block_lo: torch.Tensor, block_hi: torch.Tensor,
-               canvas_limit: torch.Tensor | None) -> HostView:
-    """The host view of a step for a caller that gives none (one read)."""
-    parts = [block_lo, block_hi] + ([canvas_limit] if canvas_limit is not None else [])
-    values = torch.stack([p.to(torch.long) for p in parts]).tolist()
-    return HostView(rows.tolist(), values[0], values[1], values[2] if canvas_limit is not None else None)
+    def _run_forward(self, x: torch.Tensor, f: Forward) -> ForwardResult:
+        """Run one planned forward; its forward positions per row as the plan counts them."""
+        if f.positions is not None:
+            logits, at = self._call_at(x, f.rows, f.storage, f.positions)
+            first = 0
+        else:
+            logits, first, at = self._call(x, f.rows, cache=f.storage, start=f.start, end=f.end, window=self.window,
+                                           cut=f.cut)
+        if f.count_prompt:
+            counted = self.prompt_real.index_select(0, f.rows) + f.count
+        elif isinstance(f.count, torch.Tensor):
+            counted = f.count.to(dtype=torch.long, device=f.rows.device)
+        else:
+            counted = torch.full((f.rows.numel(),), f.count, dtype=torch.long, device=f.rows.device)
+        return ForwardResult(f.rows, logits, first, f.refresh, counted, at)

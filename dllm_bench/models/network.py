@@ -7,7 +7,8 @@ predict token i".
 
 Caching is an argument, not a second copy of the model: ``forward(..., cache=obj)`` hands each layer to
 ``obj.run_layer``, which runs the same :class:`Block` pieces (``qkv``, ``attend``, ``ffn``) on whichever
-positions it decides to recompute (see :mod:`dllm_bench.models.cache`).
+positions it decides to recompute (see :mod:`dllm_bench.models.cache`); ``query_positions`` [B, Q] makes the
+queries per-row canvas positions instead of one span.
 """
 
 from __future__ import annotations
@@ -126,8 +127,9 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 class LayerContext:
     """What every layer of one forward shares: rotary tables over the whole canvas, the key mask, the query span.
 
-    ``cos``/``sin`` are [B, 1, S, D] for all S canvas positions (keys always cover the canvas); queries are
-    the positions ``[start, start + length)`` unless a cache picks others with an index.
+    ``cos``/``sin`` are [B, 1, S, D] for all S canvas positions (keys always cover the canvas); the forward's
+    queries are the positions ``[start, start + length)``, or ``index`` [B, length] (per-row canvas positions)
+    when the forward was given them; a cache may pick others for a piece with its own index.
     """
 
     cos: torch.Tensor
@@ -135,9 +137,12 @@ class LayerContext:
     key_mask: torch.Tensor | None  # [B, S] bool, True = may be attended
     start: int
     length: int
+    index: torch.Tensor | None = None  # [B, length] long: the queries' canvas positions (None = the span)
 
     def query_rope(self, index: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos/sin for the query positions: the span, or the positions ``index`` [B, n]."""
+        """cos/sin for the query positions: the forward's queries, or the positions ``index`` [B, n]."""
+        if index is None:
+            index = self.index
         if index is None:
             sl = slice(self.start, self.start + self.length)
             return self.cos[:, :, sl], self.sin[:, :, sl]
@@ -307,6 +312,7 @@ class DiffusionLM(nn.Module):
         embed_override: tuple[torch.Tensor, torch.Tensor] | None = None,
         logits_range: tuple[int, int] | None = None,
         logits_at: tuple[torch.Tensor, torch.Tensor] | None = None,
+        query_positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Logits [B, T, V] for ``input_ids`` [B, T] placed at canvas positions ``[start, start + T)``.
 
@@ -315,9 +321,14 @@ class DiffusionLM(nn.Module):
         ``logits_range=(a, b)`` (absolute positions inside the span) computes the LM head only there;
         ``logits_at=(rows, positions)`` ([n] each, absolute positions inside the span) only at those pairs, and
         the logits are [n, V] in that order.
+        ``query_positions`` [B, T] (ascending per row, a filled cache holding the rest): ``input_ids`` are the
+        tokens at those canvas positions, one set per row, instead of a span (see :meth:`_forward_at`).
         """
         if logits_range is not None and logits_at is not None:
             raise ValueError("give logits_range or logits_at, not both")
+        if query_positions is not None:
+            return self._forward_at(input_ids, query_positions, attention_mask, position_ids, cache, embed_override,
+                                    logits_range, logits_at)
         b, t = input_ids.shape
         s = self._canvas_length(t, start, attention_mask, cache)
         if start < 0 or start + t > s:
@@ -358,6 +369,65 @@ class DiffusionLM(nn.Module):
         else:
             h = h[:, lo - q_lo : hi - q_lo]
         return self.lm_head(self.norm(h))
+
+    def _forward_at(self, input_ids: torch.Tensor, query: torch.Tensor, attention_mask: torch.Tensor | None,
+                    position_ids: torch.Tensor | None, cache: Any, embed_override, logits_range, logits_at
+                    ) -> torch.Tensor:
+        """A forward whose queries are per-row canvas positions ``query`` [B, Q] (ascending in each row).
+
+        Keys and values of the other positions come from ``cache``. Logits: at ``logits_at`` pairs ([n, V]; each
+        position a query), else [B, Q, V] at the queries. Dream's logits at i come from the hidden state at i-1
+        (or i itself, as :meth:`_sources` says), which must then be a query as well."""
+        if cache is None or not getattr(cache, "length", 0):
+            raise ValueError("query_positions need a filled cache holding the other positions' keys and values")
+        if logits_range is not None:
+            raise ValueError("logits_range is a span's option; with query_positions give logits_at")
+        b, t = input_ids.shape
+        if tuple(query.shape) != (b, t):
+            raise ValueError(f"query_positions {tuple(query.shape)} must match input_ids {(b, t)}")
+        query = query.to(device=input_ids.device, dtype=torch.long)
+        s = attention_mask.shape[1] if attention_mask is not None else cache.length
+        if attention_mask is not None:
+            attention_mask = attention_mask.to(device=input_ids.device).bool()
+            if position_ids is None:
+                position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        arange = position_ids is None
+        if arange:
+            position_ids = torch.arange(s, device=input_ids.device).expand(b, s)
+        cos, sin = self._rope_tables(position_ids, arange)
+        ctx = LayerContext(cos=cos, sin=sin, key_mask=attention_mask, start=0, length=t, index=query)
+        h = self.embed(input_ids)
+        if embed_override is not None:
+            where, embeds = embed_override
+            pick = where.to(h.device).gather(1, query)
+            rows_embeds = embeds.to(h).gather(1, query[..., None].expand(-1, -1, embeds.shape[-1]))
+            h = torch.where(pick[..., None], rows_embeds, h)
+        cache.begin(input_ids, 0, s, positions=query)
+        for i, block in enumerate(self.layers):
+            h = cache.run_layer(i, block, h, ctx)
+        if logits_at is None and not self.config.shift_logits:
+            return self.lm_head(self.norm(h))
+        if logits_at is not None:
+            rows, pos = (v.to(h.device) for v in logits_at)
+            if rows.shape != pos.shape or rows.dim() != 1:
+                raise ValueError(f"logits_at needs two [n] index tensors, got shapes {tuple(rows.shape)} and "
+                                 f"{tuple(pos.shape)}")
+        else:
+            rows = torch.arange(b, device=h.device).repeat_interleave(t)
+            pos = query.reshape(-1)
+        src = self._sources(rows, pos, attention_mask) if self.config.shift_logits else pos
+        query_rows = query.index_select(0, rows)
+        column = torch.searchsorted(query_rows, src[:, None]).squeeze(1).clamp(max=t - 1)
+        if rows.numel() and host_reads_free(h.device) and not bool((query_rows.gather(1, column[:, None]).squeeze(1)
+                                                                    == src).all()):  # a sync elsewhere
+            raise ValueError("a logit's source position is not among the row's query_positions")
+        n = rows.numel()
+        if logits_at is not None and 0 < n < self.head_min_rows:
+            pick = torch.arange(self.head_min_rows, device=h.device).clamp(max=n - 1)  # pad with copies of the last
+            out = self.lm_head(self.norm(h[rows[pick], column[pick]]))[:n]
+        else:
+            out = self.lm_head(self.norm(h[rows, column]))
+        return out if logits_at is not None else out.view(b, t, -1)
 
     def _head_at(self, h: torch.Tensor, logits_at: tuple[torch.Tensor, torch.Tensor], attention_mask, q_lo: int,
                  lo: int, hi: int) -> torch.Tensor:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dllm_bench.decoding.caches import CACHES
 from dllm_bench.decoding.confidence import CHUNK_BYTES
 from dllm_bench.models.config import ModelConfig
 
@@ -89,8 +90,8 @@ def decode_memory(cfg: ModelConfig, config: dict[str, Any], batch: int, prompt: 
     window = window_length(config)
     hd, V = cfg.head_dim, cfg.vocab_size
     cache = config["cache"]["name"]
-    kv = 2 * cfg.n_layers * batch * cfg.n_kv_heads * S * hd * 2
-    cache_bytes = {"none": 0, "prefix": kv, "dual": kv, "dllm": kv + 2 * cfg.n_layers * batch * S * cfg.d_model * 2}[cache]
+    width = {"k": cfg.n_kv_heads * hd, "v": cfg.n_kv_heads * hd, "attn": cfg.d_model, "ffn": cfg.d_model}
+    cache_bytes = sum(cfg.n_layers * batch * S * width[t] * 2 for t in CACHES[cache].stores)
     activations = 3 * batch * S * cfg.mlp_hidden_size * 2 + 4 * batch * S * cfg.d_model * 2
     rows = batch * window
     logits = rows * V * 2

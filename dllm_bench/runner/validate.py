@@ -134,6 +134,9 @@ def _validate_combination(c: dict[str, Any], task: Task) -> None:
     flavours = POLICY_FLAVOURS.get(policy, FLAVOURS)
     if flavour not in flavours:
         _fail("model.flavour", flavour, f"policy {policy!r} runs on {', '.join(flavours)} models only")
+    cache = c["cache"]["name"]
+    if flavour not in CACHES[cache].flavours:
+        _fail("model.flavour", flavour, f"cache {cache!r} runs on {', '.join(CACHES[cache].flavours)} models only")
     if task.needs_images and not c["model"].get("vision"):
         _fail("task.name", c["task"]["name"],
               f"needs images, but model {c['model']['name_or_path']!r} is text-only (model.vision=false); "

@@ -11,12 +11,12 @@ refused in one line naming key, value and what is allowed; ``check()`` refuses v
 
 from __future__ import annotations
 
-import types
-import typing
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
+
+from dllm_bench.decoding.params import build_strict, defaults, parameters
 
 
 @dataclass
@@ -105,58 +105,17 @@ def register(cls: type) -> type:
 def rule_parameters(name: str) -> tuple[str, ...] | None:
     """Parameter names of rule ``name`` in declaration order (None for an unknown name)."""
     cls = RULES.get(name)
-    return None if cls is None else tuple(f.name for f in fields(cls) if f.init)
+    return None if cls is None else parameters(cls)
 
 
 def rule_defaults(name: str) -> dict[str, Any]:
     """The rule's published defaults: its dataclass defaults (the single source, conf/rule/<name>.yaml agrees)."""
-    out = {}
-    for f in fields(RULES[name]):
-        if f.init:
-            out[f.name] = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
-    return out
-
-
-def _type_ok(value: Any, annotation: Any) -> bool:
-    if annotation is Any:
-        return True
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        return any(_type_ok(value, a) for a in typing.get_args(annotation))
-    if annotation is type(None):
-        return value is None
-    if annotation is bool:
-        return isinstance(value, bool)
-    if annotation is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if annotation is float:
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    if annotation is str:
-        return isinstance(value, str)
-    return isinstance(value, annotation)
-
-
-def _type_name(annotation: Any) -> str:
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(_type_name(a) for a in typing.get_args(annotation))
-    return "None" if annotation is type(None) else getattr(annotation, "__name__", str(annotation))
+    return defaults(RULES[name])
 
 
 def build_rule(name: str, **params: Any):
     """Rule ``name`` with ``params`` (the rest at their defaults); ValueError names a bad key, value or range."""
-    if name not in RULES:
-        raise ValueError(f"rule {name!r} is not one of {sorted(RULES)}")
-    cls = RULES[name]
-    allowed = rule_parameters(name) or ()
-    hints = typing.get_type_hints(cls)
-    for key, value in params.items():
-        if key not in allowed:
-            raise ValueError(f"rule {name!r}: unknown parameter {key}={value!r}; allowed: {', '.join(allowed) or 'none'}")
-        if not _type_ok(value, hints[key]):
-            raise ValueError(f"rule {name!r}: parameter {key}={value!r} must be {_type_name(hints[key])}")
-    float_keys = {k for k in params if hints[k] is float}
-    return cls(**{k: float(v) if k in float_keys else v for k, v in params.items()})
+    return build_strict("rule", RULES, name, params)
 
 
 def rule_tokens(rule, ctx: StepContext) -> torch.Tensor:

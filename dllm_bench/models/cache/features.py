@@ -1,16 +1,5 @@
-"""Cache storage that plugs into :meth:`DiffusionLM.forward` through ``run_layer``.
-
-These objects only store and merge tensors; *when* to refresh is the decoding engine's decision
-(:mod:`dllm_bench.decoding`). Both run the network's own :class:`~dllm_bench.models.network.Block` pieces, so
-a cached forward is the uncached computation restricted to fewer positions.
-
-- :class:`KVCache` (Fast-dLLM prefix and dual cache): per layer, K (after RoPE: each key is rotated once, when
-  it is written, where the published code rotates every stored key every step; same values) and V of every
-  canvas position. A forward over a span writes the span's K/V in place and attends over the whole stored
-  canvas. Dream's extra position before a span (for its shifted logit) is read, not written: its K/V stay as
-  the last full forward left them, as in the published Dream cache.
-- :class:`FeatureCache` (dLLM-Cache): per layer K, V, attention output and FFN output, with the prompt and the
-  response refreshed on their own schedules and V-verify partial recomputation of the least similar tokens.
+"""dLLM-Cache storage (:class:`FeatureCache`): per layer K, V, attention output and FFN output, with the prompt
+and the response refreshed on their own schedules and V-verify partial recomputation of the least similar tokens.
 """
 
 from __future__ import annotations
@@ -18,7 +7,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .network import Block, LayerContext
+from ..network import Block, LayerContext
 
 
 def least_similar_rows(new: torch.Tensor, cached: torch.Tensor, n: int, compat: bool = False) -> torch.Tensor:
@@ -36,66 +25,6 @@ def least_similar_rows(new: torch.Tensor, cached: torch.Tensor, n: int, compat: 
     dot, a2, b2 = (a * b).sum(dim=-1), (a * a).sum(dim=-1), (b * b).sum(dim=-1)
     sim = (dot / (a2 * b2).sqrt().clamp_min(1e-16)).float()
     return torch.sort(sim, dim=-1, stable=True).indices[:, :n].sort(dim=-1).values
-
-
-class KVCache:
-    """Per-layer K/V of the whole canvas; a forward over ``[start, start + T)`` overwrites that span."""
-
-    def __init__(self) -> None:
-        self.keys: list[torch.Tensor] = []
-        self.values: list[torch.Tensor] = []
-        self.ids: torch.Tensor | None = None  # the canvas tokens the stored K/V were computed from
-        self.length = 0
-        self._span = (0, 0)
-        self._read_only = 0
-
-    def token_ids(self, lo: int, hi: int) -> torch.Tensor:
-        """Stored canvas tokens [B, hi - lo] (Dream needs position start-1 for a span's first logits)."""
-        if self.ids is None:
-            raise RuntimeError("the KV cache is empty: run a full forward first")
-        return self.ids[:, lo:hi]
-
-    def begin(self, input_ids: torch.Tensor, start: int, canvas_length: int, read_only: int = 0) -> None:
-        """Start a forward over ``[start, start + T)``; its first ``read_only`` positions keep their stored K/V."""
-        t = input_ids.shape[1]
-        if self.ids is None:
-            if start != 0 or t != canvas_length:
-                raise RuntimeError(
-                    f"the KV cache is empty: the first forward must cover the whole canvas [0, {canvas_length}), "
-                    f"got [{start}, {start + t})"
-                )
-            self.ids = input_ids.clone()
-            self.length = canvas_length
-        elif canvas_length != self.length or input_ids.shape[0] != self.ids.shape[0]:
-            raise RuntimeError(
-                f"cache holds {self.ids.shape[0]} rows x {self.length} positions; "
-                f"forward has {input_ids.shape[0]} x {canvas_length}"
-            )
-        else:
-            self.ids[:, start : start + t] = input_ids
-        self._span = (start, start + t)
-        self._read_only = read_only
-
-    def run_layer(self, i: int, block: Block, h: torch.Tensor, ctx: LayerContext) -> torch.Tensor:
-        return block(h, ctx, kv_update=lambda k, v: self._merge(i, k, v))
-
-    def _merge(self, i: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        lo, hi = self._span
-        if i == len(self.keys):  # first (full) forward allocates
-            self.keys.append(k.clone())
-            self.values.append(v.clone())
-        else:
-            skip = self._read_only
-            self.keys[i][:, :, lo + skip : hi] = k[:, :, skip:]
-            self.values[i][:, :, lo + skip : hi] = v[:, :, skip:]
-        return self.keys[i], self.values[i]
-
-    def keep_rows(self, rows: torch.Tensor) -> None:
-        """Drop batch rows that finished (rows = indices to keep)."""
-        self.keys = [k[rows] for k in self.keys]
-        self.values = [v[rows] for v in self.values]
-        if self.ids is not None:
-            self.ids = self.ids[rows]
 
 
 class FeatureCache:
@@ -138,8 +67,9 @@ class FeatureCache:
     def token_ids(self, lo: int, hi: int) -> torch.Tensor:
         raise RuntimeError("dLLM-Cache forwards always start at canvas position 0")
 
-    def begin(self, input_ids: torch.Tensor, start: int, canvas_length: int, read_only: int = 0) -> None:
-        if start != 0 or read_only or input_ids.shape[1] != canvas_length:
+    def begin(self, input_ids: torch.Tensor, start: int, canvas_length: int, read_only: int = 0,
+              positions: torch.Tensor | None = None) -> None:
+        if start != 0 or read_only or positions is not None or input_ids.shape[1] != canvas_length:
             raise RuntimeError("dLLM-Cache forwards must cover the canvas from position 0")
         if not 0 < self.prompt_length < canvas_length:
             raise ValueError(f"prompt_length {self.prompt_length} must lie inside the canvas (0, {canvas_length})")
