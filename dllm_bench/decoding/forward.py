@@ -132,7 +132,9 @@ class ForwardRunner:
     def _call_at_queried(self, inp, mask, kwargs, storage, positions, sub, at) -> torch.Tensor:
         """Logits [n, V] at the candidate pairs ``at``: the network's at the queried ones, zeros elsewhere."""
         G = sub.shape[1]
-        queried = sub.new_zeros(sub.shape[0], self.P + G).scatter_(1, positions, True)[:, self.P:]
+        # a candidate's logits come from its own position, or (Dream) from the one before
+        queried = sub.new_zeros(sub.shape[0], self.P + G).scatter_(1, positions, True)[:, self.P - self.shift:]
+        queried = queried[:, :G]
         hit = (sub & queried).nonzero(as_tuple=True)  # a second read: the queried candidates
         kwargs["logits_at"] = (hit[0], hit[1] + self.P)
         part = self.model(inp, attention_mask=mask, cache=storage, query_positions=positions, **kwargs)

@@ -1,7 +1,7 @@
 """d2Cache decodes as its published code does, and its choices are the maths they state.
 
 Goldens (``tests/fixtures/d2cache_published.json``; how: its ``source`` field) hold, per setting and held-out puzzle,
-the published decoder's answer ids and NFE on the tiny LLaDA checkpoint (certainty-prior decoding with and without
+the published decoder's answer ids and NFE on the tiny LLaDA and Dream checkpoints (certainty-prior decoding with and without
 d2Cache, semi-AR with inflation, threshold); each puzzle is decoded alone, as published (batch 1). The first puzzles
 of every setting run by default, ``-m exhaustive`` all of them. The reference tests recompute the density, the
 nucleus, the inflation and the rollout with plain loops.
@@ -27,19 +27,20 @@ from dllm_bench.tiny.encoding import prompt_ids
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = json.loads((ROOT / "tests" / "fixtures" / "d2cache_published.json").read_text())
+GOLDEN_DREAM = json.loads((ROOT / "tests" / "fixtures" / "d2cache_dream_published.json").read_text())
 PUZZLES = ROOT / "dllm_bench" / "tasks" / "sudoku_data" / "sudoku_test.jsonl"
 DEFAULT_PUZZLES = 8
 
 
 @cache
-def _model():
-    return load_model(ROOT / "dllm_bench" / "tiny" / "checkpoints" / "tiny_llada", device="cpu")
+def _model(name: str = "tiny_llada"):
+    return load_model(ROOT / "dllm_bench" / "tiny" / "checkpoints" / name, device="cpu")
 
 
 @cache
-def _prompts() -> dict[str, list[int]]:
+def _prompts(name: str = "tiny_llada") -> dict[str, list[int]]:
     rows = [json.loads(line) for line in PUZZLES.read_text().splitlines()]
-    return {r["sample_id"]: prompt_ids(_model().tokenizer, r["puzzle"]) for r in rows}
+    return {r["sample_id"]: prompt_ids(_model(name).tokenizer, r["puzzle"]) for r in rows}
 
 
 def _spec(setting: dict) -> DecodeSpec:
@@ -54,9 +55,9 @@ def _spec(setting: dict) -> DecodeSpec:
     return DecodeSpec(Decoding(G, setting["block_length"], policy, rule, cache_), Sampling())
 
 
-def _decode(setting: dict, sample_id: str) -> tuple[list[int], int]:
+def _decode(setting: dict, sample_id: str, name: str = "tiny_llada") -> tuple[list[int], int]:
     with torch.no_grad():
-        out = generate(_model(), torch.tensor([_prompts()[sample_id]]), None, _spec(setting))
+        out = generate(_model(name), torch.tensor([_prompts(name)[sample_id]]), None, _spec(setting))
     return out.tokens[0].tolist(), out.records[0].nfe
 
 
@@ -66,17 +67,18 @@ def _label(setting: dict) -> str:
     return f"b{setting['block_length']}-sigma{setting.get('sigma')}-tau{setting.get('threshold')}-{cache_part}"
 
 
-def _case(i: int, setting: dict, full: bool):
-    return pytest.param(i, full, id=_label(setting) + ("-all" if full else ""),
+def _case(name: str, i: int, setting: dict, full: bool):
+    return pytest.param(name, i, full, id=f"{name}-{_label(setting)}" + ("-all" if full else ""),
                         marks=[pytest.mark.exhaustive] if full else [])
 
 
-@pytest.mark.parametrize(("index", "full"), [_case(i, s, f) for i, s in enumerate(GOLDEN["settings"])
-                                             for f in (False, True)])
-def test_d2cache_decodes_as_its_published_code(index, full):
-    setting = GOLDEN["settings"][index]
+@pytest.mark.parametrize(("name", "index", "full"), [
+    _case(name, i, s, f) for name, golden in (("tiny_llada", GOLDEN), ("tiny_dream", GOLDEN_DREAM))
+    for i, s in enumerate(golden["settings"]) for f in (False, True)])
+def test_d2cache_decodes_as_its_published_code(name, index, full):
+    setting = (GOLDEN if name == "tiny_llada" else GOLDEN_DREAM)["settings"][index]
     rows = setting["puzzles"] if full else setting["puzzles"][:DEFAULT_PUZZLES]
-    assert [_decode(setting, sample_id) for sample_id, _, _ in rows] == [(ids, nfe) for _, ids, nfe in rows]
+    assert [_decode(setting, sample_id, name) for sample_id, _, _ in rows] == [(ids, nfe) for _, ids, nfe in rows]
 
 
 def test_certainty_density_is_the_padded_gaussian_average():

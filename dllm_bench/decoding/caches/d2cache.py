@@ -65,13 +65,21 @@ def masked_choice(first_conf: torch.Tensor, masked: torch.Tensor, open_block: to
 
 
 def next_queries(first_conf: torch.Tensor, masked: torch.Tensor, decoded: torch.Tensor, open_block: torch.Tensor,
-                 importance: torch.Tensor, real: torch.Tensor, cache: D2Cache) -> tuple[torch.Tensor, torch.Tensor]:
+                 importance: torch.Tensor, real: torch.Tensor, cache: D2Cache, shift: int = 0
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The next forward's queries [B, T] (canvas positions; ``real`` [B, T] False on left padding) and the answer
-    scores [B, G] of :func:`masked_choice`. ``decoded``: the positions the last step committed."""
+    scores [B, G] of :func:`masked_choice`. ``decoded``: the positions the last step committed; ``shift`` 1 for
+    Dream's shifted logits (the published forward then queries the position before each chosen masked one, and the
+    last prompt position exactly when the first answer position is chosen)."""
     chosen, scores = masked_choice(first_conf, masked, open_block, cache.current_k, cache.sigma)
     P = real.shape[1] - masked.shape[1]
+    first_chosen = chosen[:, 0]
+    if shift:  # Dream: a masked position's logits come from the position before it, which is queried instead
+        chosen = torch.cat([chosen[:, 1:], torch.zeros_like(chosen[:, :1])], dim=1)
     query = torch.cat([torch.zeros_like(real[:, :P]), chosen | decoded], dim=1)
     query |= nucleus(importance, cache.rollout_p, real & ~query)
+    if shift:
+        query[:, P - 1] = first_chosen
     return (inflate(query, cache.inflate_w) & real if cache.inflate_w > 0 else query), scores
 
 
@@ -120,8 +128,6 @@ class D2Cache(CacheBase):
     inflate_w: int = 0
     top_up: bool = False
     name: ClassVar[str] = "d2cache"
-    flavours: ClassVar[tuple[str, ...]] = ("llada",)
-
     def check(self) -> None:
         if not 0 <= self.rollout_p <= 1:
             raise ValueError(f"d2cache rollout_p must be in [0, 1], got {self.rollout_p}")
@@ -175,7 +181,7 @@ class D2Session:
         masked = ids.index_select(0, cohort.rows)[:, P:] == self.canvas.mask_token_id
         real = torch.arange(T, device=masked.device) >= (P - self.canvas.prompt_real.index_select(0, cohort.rows))[:, None]
         query, scores = next_queries(self.first_conf, masked, self.masked & ~masked, self.open_block,
-                                     storage.importance, real, self.cache)
+                                     storage.importance, real, self.cache, self.canvas.shift)
         positions, counts = query_positions(query, storage.importance, scores, real, self.cache.top_up)
         self._remember(view, ids)
         yield Forward(cohort.rows, storage, refresh=False, count=counts, positions=positions, unqueried_zero=True)
@@ -196,7 +202,8 @@ class D2Session:
         model, P = self.canvas.model, self.canvas.prompt_length
         if model is None or storage.first_output is None:
             raise RuntimeError("d2cache reads its first forward's logits: the runner must give the session the model")
-        h = storage.first_output[:, P:]
+        shift = self.canvas.shift  # Dream: position i's logits come from the state at i - 1
+        h = storage.first_output[:, P - shift: storage.first_output.shape[1] - shift]
         logits = model.lm_head(model.norm(h))
         conf = torch.softmax(logits, dim=-1).max(dim=-1).values
         return torch.where(self.masked, conf, float("-inf"))
