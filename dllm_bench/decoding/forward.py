@@ -75,7 +75,7 @@ class ForwardRunner:
         self.window: tuple[int, int] | None = None
         self.candidates: torch.Tensor | None = None
         self.session = cache.session(Canvas(prompt_length, attention_mask.shape[1], self.prompt_real, self.shift,
-                                             mask_token_id))
+                                             mask_token_id, model))
         # suffix dropout (DPad): every forward sees a pruned canvas at the full canvas's position ids
         self.dropout = dropout
         self.position_ids = None
@@ -125,10 +125,11 @@ class ForwardRunner:
             return self.model(inp, attention_mask=mask, cache=cache, **kwargs), first, at
         return self.model(inp[:, start:end], attention_mask=mask, cache=cache, start=start, **kwargs), first, at
 
-    def _call_at(self, x: torch.Tensor, rows: torch.Tensor, storage, positions: torch.Tensor
-                 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    def _call_at(self, x: torch.Tensor, rows: torch.Tensor, storage, positions: torch.Tensor,
+                 unqueried_zero: bool = False) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """Logits at the candidates of ``rows`` from a forward whose queries are ``positions`` [b, Q] (canvas
-        positions per row, holding every candidate); the LM head runs at the candidates only."""
+        positions per row, holding every candidate, or with ``unqueried_zero`` zero logits at the candidates they
+        leave out); the LM head runs at the candidates only."""
         if not self.head_at:
             raise RuntimeError(f"cache {self.cache.name!r} queries per-row positions: the model must take logits_at "
                                "(our networks do)")
@@ -137,9 +138,24 @@ class ForwardRunner:
         inp = x.index_select(0, rows).gather(1, positions)
         sub = self.candidates.index_select(0, rows)
         at = sub.nonzero(as_tuple=True)  # the step's one read: how many rows the LM head runs on
+        if unqueried_zero:
+            return self._call_at_queried(inp, mask, kwargs, storage, positions, sub, at), at
         kwargs["logits_at"] = (at[0], at[1] + self.P)
         logits = self.model(inp, attention_mask=mask, cache=storage, query_positions=positions, **kwargs)
         return logits, at
+
+    def _call_at_queried(self, inp, mask, kwargs, storage, positions, sub, at) -> torch.Tensor:
+        """Logits [n, V] at the candidate pairs ``at``: the network's at the queried ones, zeros elsewhere."""
+        G = sub.shape[1]
+        # a candidate's logits come from its own position, or (Dream) from the one before
+        queried = sub.new_zeros(sub.shape[0], self.P + G).scatter_(1, positions, True)[:, self.P - self.shift:]
+        queried = queried[:, :G]
+        hit = (sub & queried).nonzero(as_tuple=True)  # a second read: the queried candidates
+        kwargs["logits_at"] = (hit[0], hit[1] + self.P)
+        part = self.model(inp, attention_mask=mask, cache=storage, query_positions=positions, **kwargs)
+        where = torch.searchsorted(at[0] * G + at[1], hit[0] * G + hit[1])
+        out = part.new_zeros(at[0].numel(), part.shape[-1])
+        return out.index_copy_(0, where, part)
 
     def _cfg_call(self, inp: torch.Tensor, mask: torch.Tensor | None, kwargs: dict) -> torch.Tensor:
         """LLaDA classifier-free guidance: un + (cfg + 1)(cond - un), prompt masked in the unconditional copy."""
@@ -193,7 +209,7 @@ class ForwardRunner:
         """Run one planned forward; its forward positions per row as the plan counts them."""
         canvas = None
         if f.positions is not None:
-            logits, at = self._call_at(x, f.rows, f.storage, f.positions)
+            logits, at = self._call_at(x, f.rows, f.storage, f.positions, f.unqueried_zero)
             first = 0
         else:
             canvas = self._pruned(f) if self.dropout is not None else None

@@ -79,7 +79,12 @@ STEPS = [  # (active rows, block_lo, block_hi): rows leave, move to the next blo
 ]
 
 
-@pytest.mark.parametrize("name", sorted(CACHES))
+PLANS_FROM_FORWARDS = {"d2cache": "its plan reads the last forward's rollout (tests/decoding/test_d2cache.py decodes "
+                                  "a batch whose rows leave at different steps)"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.skip(reason=PLANS_FROM_FORWARDS[n]))
+                                  if n in PLANS_FROM_FORWARDS else n for n in sorted(CACHES)])
 def test_a_plan_covers_every_active_row_once(name):
     session = build_cache(name).session(_canvas())
     ids = torch.zeros(4, 13, dtype=torch.long)

@@ -42,6 +42,7 @@ class Canvas:
     prompt_real: torch.Tensor  # [B] long: each row's real prompt tokens (no left padding)
     shift: int  # 1 where logits are shifted (Dream): a span starting inside the canvas also computes start - 1
     mask_token_id: int
+    model: Any = None  # the network (a cache that reads its own logits: d2Cache's first-step confidence)
 
 
 class StepRows:
@@ -76,6 +77,7 @@ class Forward:
     end: int | None = None
     positions: torch.Tensor | None = None
     cut: bool = False
+    unqueried_zero: bool = False  # candidates outside ``positions`` get zero logits (d2Cache's published forward)
 
 
 @runtime_checkable
