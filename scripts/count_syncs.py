@@ -40,6 +40,10 @@ for _rule in ("eb_sampler", "entropy_threshold", "hierarchy", "local_leap", "cre
     SETTINGS[f"blocks/{_rule}/none"] = ("llada", "blocks", {}, _rule, {}, "none", 3)
 SETTINGS["wino/none"] = ("llada", "wino", {}, None, {}, "none", 3)
 SETTINGS["blocks/threshold/dllm"] = ("llada", "blocks", {}, "threshold", {"tau": 0.9}, "dllm", 5)
+for _cache in ("none", "prefix"):  # KLASS: the next block's distributions (no dual cache); PC-Sampler: fixed count
+    SETTINGS[f"blocks/klass/{_cache}"] = ("llada", "blocks", {}, "klass", {}, _cache, 3)
+    SETTINGS[f"blocks/pc_sampler/{_cache}"] = ("llada", "blocks", {"steps": "gen"}, "pc_sampler", {}, _cache, 3)
+SETTINGS["blocks/klass_dream/none"] = ("dream", "blocks", {}, "klass", {"variant": "dream"}, "none", 3)
 SETTINGS["slowfast/code/none"] = ("llada", "slowfast", {"preset": "code"}, None, {}, "none", 5)
 SETTINGS["slowfast/dream/none"] = ("dream", "slowfast", {"preset": "dream"}, None, {}, "none", 5)
 SETTINGS["dream/maskgit_plus/none"] = ("dream", "dream", {"steps": "gen", "alg": "maskgit_plus"}, None, {}, "none", 5)
@@ -62,7 +66,7 @@ def sudoku_prompts(model, batch: int) -> torch.Tensor:
 def decode_spec(setting: str, gen: int, block: int) -> DecodeSpec:
     flavour, policy, pparams, rule, rparams, cache, _ = SETTINGS[setting]
     pparams = {k: gen if v == "gen" else v for k, v in pparams.items()}
-    block = gen if policy == "dream" or pparams.get("preset") == "dream" else block
+    block = gen if policy == "dream" or pparams.get("preset") == "dream" or rparams.get("variant") == "dream" else block
     return DecodeSpec(Decoding(gen, block, build_policy(policy, **pparams),
                                build_selector(rule, **rparams) if rule else None, build_cache(cache)))
 

@@ -133,7 +133,8 @@ def generate(
                            dropout=dropout)
     state = policy.init_state(B, G, block_length, device)
     rule_state = selector.init_state(B, G, block_length, device) if selector is not None else None
-    fuses = hasattr(selector, "fuse_logits")  # a rule that changes the logits before the choice (CreditDecoding)
+    fuses = hasattr(selector, "fuse_logits")  # a rule that reads or changes the logits before the choice
+    watches = hasattr(selector, "watch")  # a rule that reads the logits of more positions than the candidates (KLASS)
     frechet_trace = getattr(selector, "name", None) == "frechet"  # traces record the Fréchet gap's parts
     generators = _row_generators(seed, B, device) if (temperature > 0 or measure == "random") else None
     workspace = Workspace()
@@ -173,7 +174,8 @@ def generate(
                 results = [policy.shadow_forward(model, x, rows, state, cand, runner.mask, P, mask_id,
                                                  runner.prompt_real)]
             else:
-                results = runner.run(x, rows, cand, view)
+                read = cand | selector.watch(rule_state, masked & active.unsqueeze(1), block_lo) if watches else cand
+                results = runner.run(x, rows, read, view)
             if dtype is None:
                 dtype = resolve_precision(confidence_precision, results[0].logits.dtype)
             conf = torch.full((B, G), float("-inf"), dtype=dtype, device=device)
@@ -184,10 +186,13 @@ def generate(
                 def fuse(logits, target, lo=block_lo):
                     return selector.fuse_logits(rule_state, logits, target // G, target % G, lo)
             for res in results:
-                _fill_predictions(res, cand, conf, pred, P, G, measure, dtype, temperature, forbidden, unchosen,
+                _fill_predictions(res, read, conf, pred, P, G, measure, dtype, temperature, forbidden, unchosen,
                                   generators, workspace, fuse)
                 positions.index_add_(0, res.rows, res.positions)
                 refreshed[res.rows] = res.refresh
+            if watches:  # positions read for the rule's state only are no candidates
+                conf.masked_fill_(~cand, float("-inf"))
+                pred.masked_fill_(~cand, mask_id)
             nfe += active.long()
             ctx = StepContext(conf, cand, pred, masked, reference, state=rule_state, block=(block_lo, block_hi))
             commit, tokens = policy.decide(state, ctx, selector)

@@ -1,5 +1,6 @@
 """The rules decode as their published code does: goldens recorded by running the published decoder beside ours
-on the tiny LLaDA checkpoint (``tests/fixtures/rules_published.json``; how: its ``source`` field), replayed here.
+on the tiny LLaDA (and, where a setting names it, Dream) checkpoint (``tests/fixtures/rules_published.json``; how:
+its ``source`` field), replayed here. A setting's ``steps`` (default none: adaptive) is policy blocks' step count.
 
 Each golden holds, per setting and held-out puzzle, a hash of the published answer ids and its NFE. The first
 puzzles of every setting run by default (one batch per setting); ``-m exhaustive`` replays all of them.
@@ -31,21 +32,23 @@ def answer_hash(tokens: list[int]) -> str:
 
 
 @cache
-def _model():
-    return load_model(ROOT / "dllm_bench" / "tiny" / "checkpoints" / "tiny_llada", device="cpu")
+def _model(flavour: str = "llada"):
+    return load_model(ROOT / "dllm_bench" / "tiny" / "checkpoints" / f"tiny_{flavour}", device="cpu")
 
 
 @cache
-def _prompts() -> dict[int, list[int]]:
+def _prompts(flavour: str = "llada") -> dict[int, list[int]]:
     rows = [json.loads(line) for line in PUZZLES.read_text().splitlines()]
-    return {r["sample_id"]: prompt_ids(_model().tokenizer, r["puzzle"]) for r in rows}
+    return {r["sample_id"]: prompt_ids(_model(flavour).tokenizer, r["puzzle"]) for r in rows}
 
 
 def _decode(setting: dict, sample_ids: list[int]) -> list[tuple[str, int]]:
-    model, prompts = _model(), _prompts()
+    flavour = setting.get("flavour", "llada")
+    model, prompts = _model(flavour), _prompts(flavour)
     batch = [prompts[i] for i in sample_ids]
     assert len({len(p) for p in batch}) == 1  # the chat-templated puzzles have one length: no padding
-    spec = DecodeSpec(Decoding(GOLDEN["gen_length"], setting["block_length"], build_policy("blocks"),
+    policy = build_policy("blocks", steps=setting.get("steps"))
+    spec = DecodeSpec(Decoding(GOLDEN["gen_length"], setting["block_length"], policy,
                                build_rule(setting["rule"], **setting["params"]), build_cache("none")),
                       Sampling(confidence_precision=setting["precision"]))
     with torch.no_grad():
@@ -55,6 +58,7 @@ def _decode(setting: dict, sample_ids: list[int]) -> list[tuple[str, int]]:
 
 def _case(i: int, setting: dict, full: bool):
     label = f"{setting['rule']}-{'-'.join(f'{k}{v}' for k, v in setting['params'].items())}-b{setting['block_length']}"
+    label += f"-{setting['flavour']}" if "flavour" in setting else ""
     return pytest.param(i, full, id=label + ("-all" if full else ""), marks=[pytest.mark.exhaustive] if full else [])
 
 

@@ -15,16 +15,19 @@ from dllm_bench.runner.validate import ConfigError, validate_config
 POLICIES = ("blocks", "dpad", "dream", "dream_threshold", "slowfast_code", "slowfast_paper", "slowfast_dream",
             "wino")
 RULES = ("topk", "threshold", "factor", "frechet", "oracle", "eb_sampler", "entropy_threshold", "hierarchy",
-         "local_leap", "credit", "none")
-ADAPTIVE = tuple(r for r in RULES if r not in ("topk", "none"))
+         "local_leap", "credit", "klass", "pc_sampler", "none")
+FIXED = ("topk", "pc_sampler")  # the policy's count per step (policy.steps)
+ADAPTIVE = tuple(r for r in RULES if r not in (*FIXED, "none"))
 SLOWFAST = ("slowfast_code", "slowfast_paper", "slowfast_dream")
 DREAM_MODEL = ("dream", "dream_threshold", "slowfast_dream")  # whole-canvas policies, run on the tiny Dream
 RUNS = "runs"
 # The documented outcome of each pair (docs/decoding.md, "Policy x rule"): RUNS, or the refusal's reason.
 EXPECTED = {
-    **{("blocks", r): RUNS for r in ("topk", *ADAPTIVE)},
+    **{("blocks", r): RUNS for r in (*FIXED, *ADAPTIVE)},
     ("blocks", "none"): "policy 'blocks' has no commit rule of its own",
-    **{("dpad", r): RUNS for r in ("topk", *ADAPTIVE) if r != "credit"},
+    **{("dpad", r): RUNS for r in ("topk", *ADAPTIVE) if r not in ("credit", "klass")},
+    ("dpad", "klass"): "rule 'klass' counts its steps per block of policy 'blocks'",
+    ("dpad", "pc_sampler"): "rule 'pc_sampler' ranks the positions of a block of policy 'blocks'",
     ("dpad", "credit"): "rule 'credit' keeps its credit per block of policy 'blocks'",
     ("dpad", "none"): "policy 'dpad' has no commit rule of its own",
     **{("dream", r): "policy 'dream' commits its timestep schedule's count ranked by its alg, so rule must be none"
@@ -34,12 +37,13 @@ EXPECTED = {
     ("dream_threshold", "none"): RUNS,
     **{(p, r): RUNS for p in SLOWFAST for r in ("threshold", "factor", "frechet", "oracle", "hierarchy", "local_leap",
                                                  "none")},
-    **{(p, "topk"): "policy 'slowfast' takes an adaptive rule for its fast phase" for p in SLOWFAST},
+    **{(p, r): "policy 'slowfast' takes an adaptive rule for its fast phase" for p in SLOWFAST for r in FIXED},
     **{(p, r): "policy 'slowfast' explores by top-1 probability" for p in SLOWFAST
        for r in ("eb_sampler", "entropy_threshold")},
     **{(p, "credit"): "rule 'credit' keeps its credit per block of policy 'blocks'" for p in SLOWFAST},
     **{("wino", r): "policy 'wino' has its own commit rule" for r in RULES if r != "none"},
     ("wino", "none"): RUNS,
+    **{(p, "klass"): "rule 'klass' counts its steps per block of policy 'blocks'" for p in SLOWFAST},
 }
 
 
@@ -56,7 +60,7 @@ def overrides(policy: str, rule: str, tmp_path) -> list[str]:
            "progress=false", "num_threads=1"]
     if policy in DREAM_MODEL:
         out += ["model=tiny_dream", "block_length=24"]
-    if policy in ("dream", "dream_threshold") or (policy in ("blocks", "dpad") and rule == "topk"):
+    if policy in ("dream", "dream_threshold") or (policy in ("blocks", "dpad") and rule in FIXED):
         out.append("policy.steps=24")
     return out
 

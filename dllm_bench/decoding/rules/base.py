@@ -5,7 +5,10 @@ published defaults, the one place they live), registered with ``@register``. It 
 candidates by (``measure``, a name of ``confidence.MEASURES``), whether it is adaptive (commits a data-dependent
 count, a block runs until full) or follows a policy's fixed count, and the state it keeps across steps
 (``init_state``; None = none). ``commit(ctx)`` returns the commit mask; a rule that writes other tokens than the
-predictions also defines ``tokens(ctx)``. Parameters are strict: an unknown key or a value of the wrong type is
+predictions also defines ``tokens(ctx)``. Two optional hooks reach the logits: ``fuse_logits(state, logits,
+row, position, block_lo)`` sees the logits at the positions read and returns the ones the choice is made from (it
+may only record them), ``watch(state, masked, block_lo)`` names positions read beyond the candidates (never
+committed). Parameters are strict: an unknown key or a value of the wrong type is
 refused in one line naming key, value and what is allowed; ``check()`` refuses values out of range.
 """
 
