@@ -36,6 +36,7 @@ for _rule, _params in RULES.items():
         SETTINGS[f"blocks/{_rule}/{_cache}"] = ("llada", "blocks", {"steps": "gen"} if _rule == "topk" else {},
                                                 _rule, _params, _cache, 3)
 SETTINGS["blocks/threshold/dllm"] = ("llada", "blocks", {}, "threshold", {"tau": 0.9}, "dllm", 5)
+SETTINGS["blocks/topk/dkv"] = ("llada", "blocks", {"steps": "gen"}, "topk", {}, "dkv", 3)
 SETTINGS["slowfast/code/none"] = ("llada", "slowfast", {"preset": "code"}, None, {}, "none", 5)
 SETTINGS["slowfast/dream/none"] = ("dream", "slowfast", {"preset": "dream"}, None, {}, "none", 5)
 SETTINGS["dream/maskgit_plus/none"] = ("dream", "dream", {"steps": "gen", "alg": "maskgit_plus"}, None, {}, "none", 5)
