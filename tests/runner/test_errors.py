@@ -177,6 +177,8 @@ BAD_INPUTS = [
     (["name=../x"], "name='../x' is not allowed: one folder name inside output_dir is required"),
     (["name="], "name='' is not allowed: one folder name inside output_dir is required"),
     (["model.device=cuda:7"], "model.device='cuda:7' is not allowed: "),
+    (["cache=dkv"], "cache=dkv: cache 'dkv' runs as published only with policy 'blocks' (steps) and rule 'topk'"),
+    (["cache=dkv", "cache.refresh_every=0"], "dkv refresh_every must be >= 1"),
 ]
 
 

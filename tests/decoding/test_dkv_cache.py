@@ -1,0 +1,129 @@
+"""dKV-Cache-Decode decodes as its published code does, counts what it computes, and refuses what that code never
+ran. Goldens: ``tests/fixtures/dkv_published.json`` (how they were recorded: its ``source`` field), a hash of the
+published answer ids and the NFE per setting and held-out puzzle; the first puzzles of every setting run by
+default (one batch per setting), ``-m exhaustive`` replays all of them."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from functools import cache
+from pathlib import Path
+
+import pytest
+import torch
+
+from dllm_bench.decoding import (
+    DecodeSpec,
+    Decoding,
+    build_cache,
+    build_policy,
+    build_selector,
+    check_combination,
+    generate,
+)
+from dllm_bench.models import load_model
+from dllm_bench.tiny.encoding import prompt_ids
+
+from .conftest import prompts_for
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = json.loads((ROOT / "tests" / "fixtures" / "dkv_published.json").read_text())
+PUZZLES = ROOT / "dllm_bench" / "tasks" / "sudoku_data" / "sudoku_test.jsonl"
+DEFAULT_PUZZLES = 20
+
+
+def answer_hash(tokens: list[int]) -> str:
+    return hashlib.sha256(torch.tensor(tokens, dtype=torch.int64).numpy().tobytes()).hexdigest()[:16]
+
+
+@cache
+def _model():
+    return load_model(ROOT / "dllm_bench" / "tiny" / "checkpoints" / "tiny_llada", device="cpu")
+
+
+@cache
+def _prompts() -> dict[str, list[int]]:
+    rows = [json.loads(line) for line in PUZZLES.read_text().splitlines()]
+    return {r["sample_id"]: prompt_ids(_model().tokenizer, r["puzzle"]) for r in rows}
+
+
+def _spec(setting: dict, gen_length: int) -> DecodeSpec:
+    return DecodeSpec(Decoding(gen_length, setting["block_length"], build_policy("blocks", steps=setting["steps"]),
+                               build_selector("topk"), build_cache("dkv", refresh_every=setting["refresh_every"])))
+
+
+def _case(i: int, setting: dict, full: bool):
+    label = f"b{setting['block_length']}-s{setting['steps']}-n{setting['refresh_every']}"
+    return pytest.param(i, full, id=label + ("-all" if full else ""), marks=[pytest.mark.exhaustive] if full else [])
+
+
+@pytest.mark.parametrize("index,full", [_case(i, s, f) for i, s in enumerate(GOLDEN["settings"]) for f in (False, True)])
+def test_tiny_llada_decodes_as_the_published_code(index, full):
+    setting = GOLDEN["settings"][index]
+    cases = setting["cases"] if full else setting["cases"][:DEFAULT_PUZZLES]
+    batch = torch.tensor([_prompts()[c["sample_id"]] for c in cases])  # one prompt length: no padding
+    with torch.no_grad():
+        out = generate(_model(), batch, None, _spec(setting, GOLDEN["gen_length"]))
+    got = [(answer_hash(out.tokens[b].tolist()), out.records[b].nfe) for b in range(len(cases))]
+    assert got == [(c["answer_hash"], c["nfe"]) for c in cases]
+
+
+def test_refresh_every_one_is_the_uncached_decode(llada):
+    prompts = torch.tensor(prompts_for(llada, lengths=(7, 7, 7), seed=3))
+    specs = [DecodeSpec(Decoding(16, 8, build_policy("blocks", steps=16), build_selector("topk"), cache))
+             for cache in (build_cache("none"), build_cache("dkv", refresh_every=1))]
+    with torch.no_grad():
+        plain, dkv = (generate(llada, prompts, None, s) for s in specs)
+    assert torch.equal(plain.tokens, dkv.tokens)
+    assert [r.forward_positions for r in plain.records] == [r.forward_positions for r in dkv.records]
+
+
+def test_forward_positions_count_the_queries(llada):
+    """Block of 8 in 8 steps, 1 commit a step, refresh_every 4: steps 0, 1, 4 run the canvas (P + G); step i of
+    2, 3, 5, 6, 7 runs the answer positions masked before step i - 1 (G - (i - 1), the next blocks included)."""
+    P, G = 6, 16
+    prompts = torch.tensor(prompts_for(llada, lengths=(P,), seed=4))
+    spec = DecodeSpec(Decoding(G, 8, build_policy("blocks", steps=16), build_selector("topk"),
+                               build_cache("dkv", refresh_every=4)))
+    with torch.no_grad():
+        out = generate(llada, prompts, None, spec)
+    per_block = [P + G if i in (0, 1, 4) else None for i in range(8)]
+    expected = 0
+    for block in range(2):
+        for i, full in enumerate(per_block):
+            expected += full if full else G - (block * 8 + i - 1)
+    assert out.records[0].forward_positions == expected and out.records[0].nfe == 16
+
+
+def test_batched_rows_that_part_decode_as_alone(llada):
+    """Rows of one batch that fall out of lockstep (one finishes early) decode as they do alone."""
+    prompts = prompts_for(llada, lengths=(7, 7), seed=5)
+    spec = DecodeSpec(Decoding(16, 8, build_policy("blocks", steps=8), build_selector("topk"),
+                               build_cache("dkv", refresh_every=2), early_stop=True))
+    with torch.no_grad():
+        both = generate(llada, torch.tensor(prompts), None, spec)
+        for b, prompt in enumerate(prompts):
+            alone = generate(llada, torch.tensor([prompt]), None, spec)
+            assert alone.tokens[0].tolist() == both.tokens[b].tolist()
+            assert alone.records[0].nfe == both.records[b].nfe
+
+
+@pytest.mark.parametrize("policy,rule,match", [
+    (("blocks", {}), ("threshold", {}), r"^cache 'dkv' runs as published only with policy 'blocks' \(steps\)"),
+    (("dream", {"steps": 8}), None, r"^cache 'dkv' runs as published only with"),
+    (("blocks", {"steps": 16}), ("topk", {"remasking": "entropy"}), r"^cache 'dkv' runs with topk remasking"),
+])
+def test_combinations_the_published_loop_never_ran_are_refused(policy, rule, match):
+    with pytest.raises(ValueError, match=match):
+        check_combination(build_policy(policy[0], **policy[1]), build_selector(rule[0], **rule[1]) if rule else None,
+                          build_cache("dkv"), gen_length=16, block_length=16 if policy[0] == "dream" else 8)
+
+
+def test_cfg_and_dream_are_refused(dream):
+    with pytest.raises(ValueError, match="classifier-free guidance runs only without a cache"):
+        check_combination(build_policy("blocks", steps=16), build_selector("topk"), build_cache("dkv"),
+                          gen_length=16, block_length=8, cfg_scale=1.0)
+    spec = DecodeSpec(Decoding(16, 8, build_policy("blocks", steps=16), build_selector("topk"), build_cache("dkv")))
+    with pytest.raises(ValueError, match=r"^cache 'dkv' runs on llada models only, got a 'dream' model$"):
+        generate(dream, torch.tensor([[1, 2, 3]]), None, spec)
