@@ -90,5 +90,5 @@ def test_a_plan_covers_every_active_row_once(name):
     ids = torch.zeros(4, 13, dtype=torch.long)
     for rows, lo, hi in STEPS:
         step_rows = StepRows(rows, torch.tensor(rows))
-        planned = [r for f in session.forwards(HostView(rows, lo, hi), step_rows, ids) for r in f.rows.tolist()]
+        planned = [r for f in session.forwards(HostView(rows, lo, hi, None, [8] * 4), step_rows, ids) for r in f.rows.tolist()]
         assert sorted(planned) == rows

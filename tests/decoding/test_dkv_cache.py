@@ -55,7 +55,8 @@ def _spec(setting: dict, gen_length: int) -> DecodeSpec:
 
 def _case(i: int, setting: dict, full: bool):
     label = f"b{setting['block_length']}-s{setting['steps']}-n{setting['refresh_every']}"
-    return pytest.param(i, full, id=label + ("-all" if full else ""), marks=[pytest.mark.exhaustive] if full else [])
+    return pytest.param(i, full, id=label + ("-all" if full else ""),
+                        marks=[pytest.mark.exhaustive] if full else [pytest.mark.slow])
 
 
 @pytest.mark.parametrize("index,full", [_case(i, s, f) for i, s in enumerate(GOLDEN["settings"]) for f in (False, True)])
