@@ -15,8 +15,8 @@ from dllm_bench.runner.validate import ConfigError, validate_config
 POLICIES = ("blocks", "dpad", "dream", "dream_threshold", "slowfast_code", "slowfast_paper", "slowfast_dream",
             "wino")
 RULES = ("topk", "threshold", "factor", "frechet", "oracle", "eb_sampler", "entropy_threshold", "hierarchy",
-         "local_leap", "credit", "klass", "pc_sampler", "none")
-FIXED = ("topk", "pc_sampler")  # the policy's count per step (policy.steps)
+         "local_leap", "credit", "klass", "pc_sampler", "certainty_prior", "none")
+FIXED = ("topk", "pc_sampler", "certainty_prior")  # the policy's count per step (policy.steps)
 ADAPTIVE = tuple(r for r in RULES if r not in (*FIXED, "none"))
 SLOWFAST = ("slowfast_code", "slowfast_paper", "slowfast_dream")
 DREAM_MODEL = ("dream", "dream_threshold", "slowfast_dream")  # whole-canvas policies, run on the tiny Dream
@@ -28,6 +28,7 @@ EXPECTED = {
     **{("dpad", r): RUNS for r in ("topk", *ADAPTIVE) if r not in ("credit", "klass")},
     ("dpad", "klass"): "rule 'klass' counts its steps per block of policy 'blocks'",
     ("dpad", "pc_sampler"): "rule 'pc_sampler' ranks the positions of a block of policy 'blocks'",
+    ("dpad", "certainty_prior"): "rule 'certainty_prior' needs a fixed-step schedule: policy 'blocks' with steps",
     ("dpad", "credit"): "rule 'credit' keeps its credit per block of policy 'blocks'",
     ("dpad", "none"): "policy 'dpad' has no commit rule of its own",
     **{("dream", r): "policy 'dream' commits its timestep schedule's count ranked by its alg, so rule must be none"
