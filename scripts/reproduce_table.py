@@ -285,6 +285,9 @@ def print_estimates(specs: list[TableSpec], limit: int | None = None, batch: int
             print(f"| {spec.name} | {cells} | none: runs on the CPU (docs/reports.md gives a measured time) | | | | |")
             continue
         hours, counted, unknown = table_gpu_hours(spec, limit)
+        if not counted:  # e.g. the field table: its methods' papers print no throughput for these cells
+            print(f"| {spec.name} | {unknown} | no estimate: no cell has a printed throughput to scale | | | | |")
+            continue
         extra = f" (+{unknown} cells without a printed throughput)" if unknown else ""
         share = timing_share(spec, timing_docs, limit)
         need = None if share is None else speedup_needed(share)

@@ -170,11 +170,11 @@ def generate(
             lo, hi = policy.window(state)
             cand = masked & (j >= lo.unsqueeze(1)) & (j < hi.unsqueeze(1)) & active.unsqueeze(1)
             block_lo, block_hi = policy.block(state)
+            read = cand | selector.watch(rule_state, masked & active.unsqueeze(1), block_lo) if watches else cand
             if shadow:  # the policy computes its own forward (WINO's shadow block)
                 results = [policy.shadow_forward(model, x, rows, state, cand, runner.mask, P, mask_id,
                                                  runner.prompt_real)]
             else:
-                read = cand | selector.watch(rule_state, masked & active.unsqueeze(1), block_lo) if watches else cand
                 results = runner.run(x, rows, read, view)
             if dtype is None:
                 dtype = resolve_precision(confidence_precision, results[0].logits.dtype)

@@ -245,8 +245,8 @@ def _sandbox_argv(host_uid: int | None, site_packages: bool, work_mb: int, info_
     if not two:
         return [*drop, *inner]
     return [
-        bwrap, "--unshare-pid", *_root_view(roots, restore_modes=True), "--bind", "/proc", "/proc", "--dev", "/dev",
-        "--tmpfs", "/tmp", "--die-with-parent", *([] if info_fd is None else ["--info-fd", str(info_fd)]),
+        bwrap, "--unshare-pid", "--tmpfs", "/tmp",  # first: roots under /tmp (a clone there) are bound into it
+        *_root_view(roots, restore_modes=True), "--bind", "/proc", "/proc", "--dev", "/dev", "--die-with-parent", *([] if info_fd is None else ["--info-fd", str(info_fd)]),
         "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", *drop, *inner,
     ]
 

@@ -84,7 +84,7 @@ def test_commit_runs_on_the_meta_device(name):
 
 def test_slowfast_takes_any_adaptive_rule_ranking_by_probability():
     taken = [name for name, cls in RULES.items() if cls.adaptive and build_rule(name).measure == "top1_prob"
-             and name != "credit"]
+             and name not in ("credit", "klass")]  # both keep per-block state of policy 'blocks'
     for name in taken:
         check_combination(build_policy("slowfast"), build_rule(name), build_cache("none"), gen_length=24,
                           block_length=8)

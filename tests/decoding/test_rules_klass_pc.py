@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from dllm_bench.decoding import build_cache, build_policy, check_combination
 from dllm_bench.decoding.rules import StepContext, build_rule
 from dllm_bench.decoding.rules.klass import PRESETS
-from dllm_bench.decoding.rules.pc_sampler import reference_table, tiny_reference_counts
+from dllm_bench.decoding.rules.pc_sampler import TINY_TABLES, reference_table
+from dllm_bench.tiny.reference_corpus import count as tiny_reference_counts
 
 # ---------------------------------------------------------------- KLASS
 
@@ -207,6 +208,7 @@ def test_tiny_reference_tables_cover_the_answers_tokens():
     for flavour in ("tiny_llada", "tiny_dream"):
         table, missing = reference_table(flavour)
         counts = tiny_reference_counts(flavour)
+        assert json.loads((TINY_TABLES / f"{flavour}.json").read_text()) == counts  # the shipped file is current
         assert counts["num_token"] % 500 == 0 and missing == 1 / counts["num_token"]  # 500 puzzles, one length
         seen = torch.tensor([int(k) for k in counts["p_baseline_dict"]])
         assert (table > 0).all() and abs(float(table[seen].double().sum()) - 1) < 1e-6
@@ -217,4 +219,4 @@ def test_pc_sampler_is_a_fixed_count_rule_of_blocks():
     assert not rule.adaptive
     check_combination(build_policy("blocks", steps=24), rule, build_cache("dual"), gen_length=24, block_length=8)
     with pytest.raises(ValueError, match="^rule 'pc_sampler' ranks the positions of a block of policy 'blocks'"):
-        check_combination(build_policy("slowfast"), rule, build_cache("none"), gen_length=24, block_length=8)
+        check_combination(build_policy("dpad", steps=24), rule, build_cache("none"), gen_length=24, block_length=8)

@@ -29,7 +29,7 @@ def test_printed_commands_compose_to_the_cells_config():
             got = to_container(compose(config_name="config", overrides=argv))
             assert got == expected, spec.name
             assert got["name"] == ("tiny_table" if spec.name == "tiny" else spec.name)
-            assert identity(flatten(got))["batch_size"] == (8 if spec.name == "tiny" else 1)
+            assert identity(flatten(got))["batch_size"] == (1 if spec.needs_gpu else 8)
 
 
 def test_a_cell_the_harness_cannot_run_says_why():

@@ -99,6 +99,21 @@ SWITCHES = [
     *[(["policy=dpad"], f"policy.{k}", v, 0) for k, v in [
         ("suffix_window", 8), ("sigma", 3.0), ("scale", 2.3), ("early_termination", False), ("rng", "global")]],
     (["policy=dpad", "rule=topk"], "policy.steps", 24, 0),
+    (["policy=wino"], "policy.threshold", 0.5, 0),
+    (["policy=wino"], "policy.threshold_back", 0.95, 0),
+    (["rule=klass"], "rule.conf_threshold", 0.9, 1),
+    (["rule=klass"], "rule.kl_threshold", 0.01, 1),
+    (["rule=klass"], "rule.history_length", 3, 1),
+    (["rule=klass"], "rule.variant", "dream", 1),
+    (["rule=pc_sampler", "policy.steps=24"], "rule.lambd", 0.0, 1),
+    (["rule=pc_sampler", "policy.steps=24"], "rule.alpha", 1.0, 1),
+    (["rule=pc_sampler", "policy.steps=24"], "rule.reference_corpus", "tiny_dream", 1),
+    (["rule=certainty_prior", "policy.steps=24"], "rule.sigma", 3.0, 1),
+    (["cache=dkv", "rule=topk", "policy.steps=24"], "cache.refresh_every", 4, 2),
+    (["cache=sparse_dllm"], "cache.keep_ratio", 0.7, 2),
+    (["cache=sparse_dllm"], "cache.kernel_size", 5, 2),
+    *[(["cache=d2cache"], f"cache.{k}", v, 2) for k, v in [
+        ("rollout_p", 0.2), ("current_k", 8), ("sigma", 3.0), ("inflate_w", 4), ("top_up", True)]],
 ]
 
 

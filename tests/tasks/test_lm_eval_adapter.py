@@ -101,7 +101,7 @@ def test_adapter_completions_equal_a_direct_decode(lm_eval_run, tiny_llada_dir, 
 
 
 def test_bad_model_args_are_refused_before_loading(tiny_llada_dir):
-    with pytest.raises(ValueError, match="rule='fast' is not allowed: choose one of credit, eb_sampler, .*frechet"):
+    with pytest.raises(ValueError, match="rule='fast' is not allowed: choose one of certainty_prior, credit, eb_sampler, .*frechet"):
         DllmBenchLM(pretrained=str(tiny_llada_dir), rule="fast")
     with pytest.raises(ValueError, match="gen_len=5 is not allowed: unknown key at the top level; allowed: .*gen_length"):
         DllmBenchLM(pretrained=str(tiny_llada_dir), gen_len=5)

@@ -9,8 +9,9 @@ score is computed in float32 and positions count from the current block's start 
 published block_length = gen_length). Every published script runs lambd 0.25, alpha 10 (Sudoku lambd 0,
 Countdown 1), steps = gen_length = block_length: one token per step.
 
-``reference_corpus`` "tiny_llada" / "tiny_dream": the tiny checkpoints' table, counted with their tokenizer over the
-chat-templated puzzles and answers of the project's ``dllm_bench/tasks/sudoku_data/sudoku_test.jsonl``.
+``reference_corpus`` "tiny_llada" / "tiny_dream": the tiny checkpoints' tables (``dllm_bench/tiny/pc_sampler/``,
+counted with their tokenizer over the chat-templated puzzles and answers of the shipped Sudoku test set by
+:mod:`dllm_bench.tiny.reference_corpus`).
 """
 
 from __future__ import annotations
@@ -26,45 +27,21 @@ import torch
 from dllm_bench.decoding.rules.base import RuleBase, StepContext, register
 from dllm_bench.decoding.selectors import topk_commit_mask
 
-ROOT = Path(__file__).resolve().parents[3]
+TINY_TABLES = Path(__file__).resolve().parents[2] / "tiny" / "pc_sampler"  # written by dllm_bench.tiny.reference_corpus
 TINY = ("tiny_llada", "tiny_dream")
 LOG_EPS = 1e-9  # the published log(p_ref + 1e-9)
-
-
-def tiny_reference_counts(flavour: str) -> dict:
-    """The tiny checkpoint's reference corpus in PC-Sampler's format: token counts of the shipped Sudoku puzzles
-    (chat-templated prompt) and their answers (16 digits, end-of-turn, EOS to the default 24 tokens)."""
-    from dllm_bench.models import load_tokenizer
-    from dllm_bench.tiny.encoding import DEFAULT_GEN_LENGTH, answer_ids, prompt_ids
-
-    directory = ROOT / "dllm_bench" / "tiny" / "checkpoints" / flavour
-    config = json.loads((directory / "config.json").read_text())
-    tokenizer = load_tokenizer(directory)
-    counts: dict[str, int] = {}
-    total = 0
-    for line in (ROOT / "dllm_bench" / "tasks" / "sudoku_data" / "sudoku_test.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        ids = prompt_ids(tokenizer, row["puzzle"]) + answer_ids(
-            tokenizer, row["solution"], DEFAULT_GEN_LENGTH, config["eos_token_id"], config.get("eot_token_id"))
-        for i in ids:
-            counts[str(i)] = counts.get(str(i), 0) + 1
-        total += len(ids)
-    return {"num_token": total, "p_baseline_dict": counts}
 
 
 @cache
 def reference_table(corpus: str) -> tuple[torch.Tensor, float]:
     """(p_ref per token id up to the corpus's largest id, float32; p_ref of any other id = 1 / N)."""
-    if corpus in TINY:
-        data = tiny_reference_counts(corpus)
-    else:
-        path = Path(corpus)
-        if not path.is_file():
-            raise ValueError(f"pc_sampler reference_corpus {corpus!r} is not a file nor one of {TINY}")
-        data = json.loads(path.read_text())
-        if not isinstance(data, dict) or "num_token" not in data or "p_baseline_dict" not in data:
-            raise ValueError(f"pc_sampler reference_corpus {corpus!r} is not PC-Sampler's format "
-                             '{"num_token": N, "p_baseline_dict": {id: count}}')
+    path = TINY_TABLES / f"{corpus}.json" if corpus in TINY else Path(corpus)
+    if not path.is_file():
+        raise ValueError(f"pc_sampler reference_corpus {corpus!r} is not a file nor one of {TINY}")
+    data = json.loads(path.read_text())
+    if not isinstance(data, dict) or "num_token" not in data or "p_baseline_dict" not in data:
+        raise ValueError(f"pc_sampler reference_corpus {corpus!r} is not PC-Sampler's format "
+                         '{"num_token": N, "p_baseline_dict": {id: count}}')
     total = data["num_token"]
     counts = {int(k): v for k, v in data["p_baseline_dict"].items()}
     size = max(counts, default=-1) + 1
