@@ -6,8 +6,24 @@ from __future__ import annotations
 
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import MISSING, fields
 from typing import Any
+
+
+def registrar(table: dict[str, type], kind: str) -> Callable[[type], type]:
+    """A class decorator that adds a ``kind`` dataclass (rule, cache) to ``table`` under its ``name``."""
+
+    def register(cls: type) -> type:
+        if not cls.name:
+            raise TypeError(f"{kind} class {cls.__name__} has no name")
+        if cls.name in table and table[cls.name] is not cls:
+            raise TypeError(f"{kind} name {cls.name!r} is registered twice ({table[cls.name].__name__}, "
+                            f"{cls.__name__})")
+        table[cls.name] = cls
+        return cls
+
+    return register
 
 
 def parameters(cls: type) -> tuple[str, ...]:

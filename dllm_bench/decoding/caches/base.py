@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 
-from dllm_bench.decoding.params import build_strict, defaults, parameters
+from dllm_bench.decoding.params import build_strict, defaults, parameters, registrar
 from dllm_bench.models.cache import Storage
 
 
@@ -170,14 +170,7 @@ def limit_groups(rows: list[int], limits: list[int] | None, answer_length: int) 
 CACHES: dict[str, type] = {}
 
 
-def register(cls: type) -> type:
-    """Class decorator: add a cache dataclass to ``CACHES`` under its ``name``."""
-    if not cls.name:
-        raise TypeError(f"cache class {cls.__name__} has no name")
-    if cls.name in CACHES and CACHES[cls.name] is not cls:
-        raise TypeError(f"cache name {cls.name!r} is registered twice ({CACHES[cls.name].__name__}, {cls.__name__})")
-    CACHES[cls.name] = cls
-    return cls
+register = registrar(CACHES, "cache")  # class decorator: add a cache dataclass to ``CACHES`` under its name
 
 
 def cache_parameters(name: str) -> tuple[str, ...] | None:

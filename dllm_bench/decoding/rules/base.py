@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 
-from dllm_bench.decoding.params import build_strict, defaults, parameters
+from dllm_bench.decoding.params import build_strict, defaults, parameters, registrar
 
 
 @dataclass
@@ -95,14 +95,7 @@ class RuleBase:
 RULES: dict[str, type] = {}
 
 
-def register(cls: type) -> type:
-    """Class decorator: add a rule dataclass to ``RULES`` under its ``name``."""
-    if not cls.name:
-        raise TypeError(f"rule class {cls.__name__} has no name")
-    if cls.name in RULES and RULES[cls.name] is not cls:
-        raise TypeError(f"rule name {cls.name!r} is registered twice ({RULES[cls.name].__name__}, {cls.__name__})")
-    RULES[cls.name] = cls
-    return cls
+register = registrar(RULES, "rule")  # class decorator: add a rule dataclass to ``RULES`` under its name
 
 
 def rule_parameters(name: str) -> tuple[str, ...] | None:
