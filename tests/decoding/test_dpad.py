@@ -8,10 +8,8 @@ puzzle, a hash of the published answer ids and its NFE. The first puzzles of eve
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-from functools import cache
 from pathlib import Path
 
 import pytest
@@ -21,28 +19,15 @@ from dllm_bench.decoding import DecodeSpec, Decoding, Sampling, build_cache, bui
 from dllm_bench.decoding.rules import build_rule
 from dllm_bench.decoding.suffix_dropout import SuffixSampler, keep_probability
 from dllm_bench.models import load_model
-from dllm_bench.tiny.encoding import prompt_ids
+
+from .published_goldens import answer_hash
+from .published_goldens import puzzle_prompts as _prompts
+from .published_goldens import tiny_model as _model
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = json.loads((ROOT / "tests" / "fixtures" / "dpad_published.json").read_text())
-PUZZLES = ROOT / "dllm_bench" / "tasks" / "sudoku_data" / "sudoku_test.jsonl"
 DEFAULT_PUZZLES = 12
 LOOP_CACHE = {"generate": "none", "generate_with_prefix_cache": "prefix", "generate_with_dual_cache": "dual"}
-
-
-def answer_hash(tokens: list[int]) -> str:
-    return hashlib.sha256(torch.tensor(tokens, dtype=torch.int64).numpy().tobytes()).hexdigest()[:16]
-
-
-@cache
-def _model():
-    return load_model(ROOT / "dllm_bench" / "tiny" / "checkpoints" / "tiny_llada", device="cpu")
-
-
-@cache
-def _prompts() -> dict[str, list[int]]:
-    rows = [json.loads(line) for line in PUZZLES.read_text().splitlines()]
-    return {r["sample_id"]: prompt_ids(_model().tokenizer, r["puzzle"]) for r in rows}
 
 
 def _spec(setting: dict) -> DecodeSpec:

@@ -8,9 +8,7 @@ puzzles of every setting run by default (one batch per setting); ``-m exhaustive
 
 from __future__ import annotations
 
-import hashlib
 import json
-from functools import cache
 from pathlib import Path
 
 import pytest
@@ -18,28 +16,14 @@ import torch
 
 from dllm_bench.decoding import DecodeSpec, Decoding, Sampling, build_cache, build_policy, generate
 from dllm_bench.decoding.rules import build_rule
-from dllm_bench.models import load_model
-from dllm_bench.tiny.encoding import prompt_ids
+
+from .published_goldens import answer_hash
+from .published_goldens import puzzle_prompts as _prompts
+from .published_goldens import tiny_model as _model
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = json.loads((ROOT / "tests" / "fixtures" / "rules_published.json").read_text())
-PUZZLES = ROOT / "dllm_bench" / "tasks" / "sudoku_data" / "sudoku_test.jsonl"
 DEFAULT_PUZZLES = 20
-
-
-def answer_hash(tokens: list[int]) -> str:
-    return hashlib.sha256(torch.tensor(tokens, dtype=torch.int64).numpy().tobytes()).hexdigest()[:16]
-
-
-@cache
-def _model(flavour: str = "llada"):
-    return load_model(ROOT / "dllm_bench" / "tiny" / "checkpoints" / f"tiny_{flavour}", device="cpu")
-
-
-@cache
-def _prompts(flavour: str = "llada") -> dict[int, list[int]]:
-    rows = [json.loads(line) for line in PUZZLES.read_text().splitlines()]
-    return {r["sample_id"]: prompt_ids(_model(flavour).tokenizer, r["puzzle"]) for r in rows}
 
 
 def _decode(setting: dict, sample_ids: list[int]) -> list[tuple[str, int]]:

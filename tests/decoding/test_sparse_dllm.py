@@ -9,7 +9,6 @@ positions with plain loops.
 from __future__ import annotations
 
 import json
-from functools import cache
 from pathlib import Path
 
 import pytest
@@ -17,27 +16,20 @@ import torch
 
 from dllm_bench.decoding import DecodeSpec, Decoding, Sampling, build_cache, build_policy, generate
 from dllm_bench.decoding.rules import build_rule
-from dllm_bench.models import load_model
 from dllm_bench.models.cache.pruned import block_importance, kept_positions
-from dllm_bench.tiny.encoding import prompt_ids
+
+from .published_goldens import puzzle_prompts as _prompts
+from .published_goldens import tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = json.loads((ROOT / "tests" / "fixtures" / "sparse_dllm_published.json").read_text())
-PUZZLES = ROOT / "dllm_bench" / "tasks" / "sudoku_data" / "sudoku_test.jsonl"
 DEFAULT_PUZZLES = 20
 
 
-@cache
 def _model():
     # float64, as the goldens: the published top-k then ranks the same probabilities (in float32 the published
     # F.softmax and our confidence differ in the last bit, which reorders near-ties)
-    return load_model(ROOT / "dllm_bench" / "tiny" / "checkpoints" / "tiny_llada", dtype=torch.float64, device="cpu")
-
-
-@cache
-def _prompts() -> dict[str, list[int]]:
-    rows = [json.loads(line) for line in PUZZLES.read_text().splitlines()]
-    return {r["sample_id"]: prompt_ids(_model().tokenizer, r["puzzle"]) for r in rows}
+    return tiny_model("llada", torch.float64)
 
 
 def _decode(setting: dict, sample_ids: list[str]) -> list[tuple[list[int], int]]:

@@ -5,9 +5,7 @@ network's pair-mask path against prefix forwards, a reference step written here,
 
 from __future__ import annotations
 
-import hashlib
 import json
-from functools import cache
 from pathlib import Path
 
 import pytest
@@ -24,30 +22,16 @@ from dllm_bench.decoding import (
 )
 from dllm_bench.decoding.config import build_selector
 from dllm_bench.models import load_model
-from dllm_bench.tiny.encoding import prompt_ids
 
 from .conftest import left_pad, prompts_for
+from .published_goldens import answer_hash
+from .published_goldens import puzzle_prompts as _prompts
+from .published_goldens import tiny_model as _model
 from .spec_kwargs import spec_generate
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = json.loads((ROOT / "tests" / "fixtures" / "wino_published.json").read_text())
-PUZZLES = ROOT / "dllm_bench" / "tasks" / "sudoku_data" / "sudoku_test.jsonl"
 DEFAULT_PUZZLES = 12
-
-
-def answer_hash(tokens: list[int]) -> str:
-    return hashlib.sha256(torch.tensor(tokens, dtype=torch.int64).numpy().tobytes()).hexdigest()[:16]
-
-
-@cache
-def _model():
-    return load_model(ROOT / "dllm_bench" / "tiny" / "checkpoints" / "tiny_llada", device="cpu")
-
-
-@cache
-def _prompts() -> dict[str, list[int]]:
-    rows = [json.loads(line) for line in PUZZLES.read_text().splitlines()]
-    return {r["sample_id"]: prompt_ids(_model().tokenizer, r["puzzle"]) for r in rows}
 
 
 def _spec(setting: dict, trace: bool = False) -> DecodeSpec:
