@@ -4,26 +4,13 @@ refused in one line naming key, value and what is allowed."""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Iterable
 from dataclasses import MISSING, fields
 from typing import Any
-
-
-def registrar(table: dict[str, type], kind: str) -> Callable[[type], type]:
-    """A class decorator that adds a ``kind`` dataclass (rule, cache) to ``table`` under its ``name``."""
-
-    def register(cls: type) -> type:
-        if not cls.name:
-            raise TypeError(f"{kind} class {cls.__name__} has no name")
-        if cls.name in table and table[cls.name] is not cls:
-            raise TypeError(f"{kind} name {cls.name!r} is registered twice ({table[cls.name].__name__}, "
-                            f"{cls.__name__})")
-        table[cls.name] = cls
-        return cls
-
-    return register
 
 
 def parameters(cls: type) -> tuple[str, ...]:
@@ -81,3 +68,43 @@ def build_strict(kind: str, registry: dict[str, type], name: str, params: dict[s
             raise ValueError(f"{kind} {name!r}: parameter {key}={value!r} must be {type_name(hints[key])}")
     float_keys = {k for k in params if hints[k] is float}
     return cls(**{k: float(v) if k in float_keys else v for k, v in params.items()})
+
+
+class Registry(dict[str, type]):
+    """The registered dataclasses of one kind (rule, cache) by name: filled by ``register`` where each is defined,
+    built strictly by ``build``."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.kind = kind
+
+    def register(self, cls: type) -> type:
+        """Class decorator: add a dataclass under its ``name`` (a second class under one name is an error)."""
+        if not cls.name:
+            raise TypeError(f"{self.kind} class {cls.__name__} has no name")
+        if cls.name in self and self[cls.name] is not cls:
+            raise TypeError(f"{self.kind} name {cls.name!r} is registered twice ({self[cls.name].__name__}, "
+                            f"{cls.__name__})")
+        self[cls.name] = cls
+        return cls
+
+    def parameters(self, name: str) -> tuple[str, ...] | None:
+        """Parameter names of ``name`` in declaration order (None for an unknown name)."""
+        cls = self.get(name)
+        return None if cls is None else parameters(cls)
+
+    def defaults(self, name: str) -> dict[str, Any]:
+        """The published defaults of ``name``: its dataclass defaults (conf/<kind>/<name>.yaml agrees)."""
+        return defaults(self[name])
+
+    def build(self, name: str, **params: Any) -> Any:
+        """``name`` with ``params`` (the rest at their defaults); ValueError names a bad key, value or range."""
+        return build_strict(self.kind, self, name, params)
+
+
+def import_submodules(package: str, path: Iterable[str], skip: str = "base") -> None:
+    """Import every module of a package but ``skip``, so that each registers what it defines."""
+    for module in sorted(m.name for m in pkgutil.iter_modules(path)):
+        if module != skip:
+            importlib.import_module(f"{package}.{module}")
+

@@ -7,9 +7,6 @@ Adding a cache: a file here with a ``@register``-ed frozen dataclass and its ses
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
 from dllm_bench.decoding.caches.base import (
     CACHES,
     Cache,
@@ -26,10 +23,9 @@ from dllm_bench.decoding.caches.base import (
     limit_groups,
     register,
 )
+from dllm_bench.decoding.params import import_submodules
 
-for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
-    if _module != "base":
-        importlib.import_module(f"{__name__}.{_module}")
+import_submodules(__name__, __path__)
 
 __all__ = ["CACHES", "Cache", "CacheBase", "CacheSession", "Canvas", "Cohort", "Forward", "HostView", "StepRows",
            "build_cache", "cache_defaults", "cache_parameters", "limit_groups", "register"]

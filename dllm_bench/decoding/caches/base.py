@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 
-from dllm_bench.decoding.params import build_strict, defaults, parameters, registrar
+from dllm_bench.decoding.params import Registry
 from dllm_bench.models.cache import Storage
 
 
@@ -167,23 +167,8 @@ def limit_groups(rows: list[int], limits: list[int] | None, answer_length: int) 
     return [([r for r in rows if limits[r] == lim], lim) for lim in sorted({limits[r] for r in rows})]
 
 
-CACHES: dict[str, type] = {}
-
-
-register = registrar(CACHES, "cache")  # class decorator: add a cache dataclass to ``CACHES`` under its name
-
-
-def cache_parameters(name: str) -> tuple[str, ...] | None:
-    """Parameter names of cache ``name`` in declaration order (None for an unknown name)."""
-    cls = CACHES.get(name)
-    return None if cls is None else parameters(cls)
-
-
-def cache_defaults(name: str) -> dict[str, Any]:
-    """The cache's published defaults: its dataclass defaults (conf/cache/<name>.yaml agrees)."""
-    return defaults(CACHES[name])
-
-
-def build_cache(name: str, **params: Any) -> Any:
-    """Cache ``name`` with ``params`` (the rest at their defaults); ValueError names a bad key, value or range."""
-    return build_strict("cache", CACHES, name, params)
+CACHES = Registry("cache")
+register = CACHES.register  # class decorator: add a cache dataclass to ``CACHES`` under its name
+cache_parameters = CACHES.parameters
+cache_defaults = CACHES.defaults
+build_cache = CACHES.build

@@ -6,9 +6,7 @@ parameters at their defaults (tests/decoding/test_rules.py checks they agree).
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
+from dllm_bench.decoding.params import import_submodules
 from dllm_bench.decoding.rules.base import (
     RULES,
     Rule,
@@ -21,9 +19,7 @@ from dllm_bench.decoding.rules.base import (
     rule_tokens,
 )
 
-for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
-    if _module != "base":
-        importlib.import_module(f"{__name__}.{_module}")
+import_submodules(__name__, __path__)
 
 __all__ = ["RULES", "Rule", "RuleBase", "StepContext", "build_rule", "register", "rule_defaults", "rule_parameters",
            "rule_tokens"]

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 
-from dllm_bench.decoding.params import build_strict, defaults, parameters, registrar
+from dllm_bench.decoding.params import Registry
 
 
 @dataclass
@@ -92,26 +92,11 @@ class RuleBase:
         return None
 
 
-RULES: dict[str, type] = {}
-
-
-register = registrar(RULES, "rule")  # class decorator: add a rule dataclass to ``RULES`` under its name
-
-
-def rule_parameters(name: str) -> tuple[str, ...] | None:
-    """Parameter names of rule ``name`` in declaration order (None for an unknown name)."""
-    cls = RULES.get(name)
-    return None if cls is None else parameters(cls)
-
-
-def rule_defaults(name: str) -> dict[str, Any]:
-    """The rule's published defaults: its dataclass defaults (the single source, conf/rule/<name>.yaml agrees)."""
-    return defaults(RULES[name])
-
-
-def build_rule(name: str, **params: Any):
-    """Rule ``name`` with ``params`` (the rest at their defaults); ValueError names a bad key, value or range."""
-    return build_strict("rule", RULES, name, params)
+RULES = Registry("rule")
+register = RULES.register  # class decorator: add a rule dataclass to ``RULES`` under its name
+rule_parameters = RULES.parameters
+rule_defaults = RULES.defaults
+build_rule = RULES.build
 
 
 def rule_tokens(rule, ctx: StepContext) -> torch.Tensor:
