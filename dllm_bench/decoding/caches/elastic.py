@@ -131,7 +131,7 @@ class ElasticSession:
         width = max(self.cache.window, max(view.block_hi[r] - view.block_lo[r] for r in cohort.host_rows))
         in_window = masked & (masked.long().cumsum(dim=1) <= width)
         n_window = max(1, max(min(view.masked[r], width) for r in cohort.host_rows))
-        window_pos = torch.cat([torch.zeros_like(in_window[:, :P]), in_window], dim=1)
+        window_pos = torch.cat([in_window.new_zeros(in_window.shape[0], P), in_window], dim=1)
         window, window_valid, _ = _ordered(window_pos, n_window)
         real = torch.arange(T, device=ids.device) >= (P - self.canvas.prompt_real.index_select(0, cohort.rows))[:, None]
         excluded = (canvas == self.canvas.mask_token_id) | ~real

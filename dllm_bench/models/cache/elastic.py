@@ -22,11 +22,12 @@ from ..network import Block, LayerContext, apply_rope
 
 
 def attention_rows(q: torch.Tensor, k: torch.Tensor, key_mask: torch.Tensor | None) -> torch.Tensor:
-    """Softmax attention probabilities [B, H, n, S] in float32 of rotated queries q [B, H, n, D] over rotated keys
+    """Softmax attention probabilities [B, H, n, S] (at least float32) of rotated queries q [B, H, n, D] over rotated keys
     k [B, Hkv, S, D] (grouped heads repeated); ``key_mask`` [B, S] True = may be attended."""
     rep = q.shape[1] // k.shape[1]
     k = k.repeat_interleave(rep, dim=1) if rep > 1 else k
-    scores = q.float() @ k.float().transpose(-1, -2) / math.sqrt(q.shape[-1])
+    dtype = torch.promote_types(q.dtype, torch.float32)
+    scores = q.to(dtype) @ k.to(dtype).transpose(-1, -2) / math.sqrt(q.shape[-1])
     if key_mask is not None:
         scores = scores.masked_fill(~key_mask[:, None, None, :], float("-inf"))
     return scores.softmax(dim=-1)
@@ -97,7 +98,7 @@ class ElasticKVCache:
         elif positions is not None:
             self.ids.scatter_(1, positions, input_ids)
             self._mode = "reuse"
-            self.sigma = torch.ones(self.n_layers, input_ids.shape[0], device=input_ids.device)
+            self.sigma = torch.ones(self.n_layers, input_ids.shape[0], dtype=torch.float64, device=input_ids.device)
         else:
             if input_ids.shape[1] != self.length:
                 raise RuntimeError(f"cache holds {self.length} positions; forward has {input_ids.shape[1]}")
