@@ -154,8 +154,10 @@ def _reference(flavour: str, prompts: torch.Tensor, **params):
     return [o[0] for o in out], [o[1] for o in out], [o[2] for o in out]
 
 
-@pytest.mark.parametrize(("flavour", "gamma", "n"), [("llada", 0.9, N_PUZZLES), ("dream", 0.9, 12), ("llada", 0.0, 6),
-                                                     ("dream", 0.0, 6)])
+@pytest.mark.parametrize(("flavour", "gamma", "n"), [
+    ("llada", 0.9, N_PUZZLES), ("dream", 0.9, 8), ("llada", 0.0, 4), ("dream", 0.0, 4),
+    *(pytest.param(f, g, N_PUZZLES, marks=pytest.mark.exhaustive) for f, g in (("dream", 0.9), ("llada", 0.0),
+                                                                               ("dream", 0.0)))])
 def test_elastic_decodes_as_the_reference_loop(flavour, gamma, n):
     prompts = _prompts(flavour, n)
     with torch.no_grad():
