@@ -155,7 +155,7 @@ def _reference(flavour: str, prompts: torch.Tensor, **params):
 
 
 @pytest.mark.parametrize(("flavour", "gamma", "n"), [
-    ("llada", 0.9, N_PUZZLES), ("dream", 0.9, 8), ("llada", 0.0, 4), ("dream", 0.0, 4),
+    ("llada", 0.9, N_PUZZLES), ("dream", 0.9, 6), ("llada", 0.0, 3), ("dream", 0.0, 3),
     *(pytest.param(f, g, N_PUZZLES, marks=pytest.mark.exhaustive) for f, g in (("dream", 0.9), ("llada", 0.0),
                                                                                ("dream", 0.0)))])
 def test_elastic_decodes_as_the_reference_loop(flavour, gamma, n):
@@ -181,7 +181,7 @@ def test_a_threshold_that_never_fires_runs_no_refresh_forward():
 
 @pytest.mark.parametrize("flavour", ["llada", "dream"])
 def test_a_threshold_that_always_fires_is_the_uncached_decode_bit_for_bit(flavour):
-    prompts, model = _prompts(flavour, 3), _model(flavour, "float32")
+    prompts, model = _prompts(flavour, 2), _model(flavour, "float32")
     logits = {}
     for name, params in (("none", {}), ("elastic", {"gamma": 2.0, "refresh_drifting_layer": True})):
         outs = []
@@ -200,7 +200,7 @@ def test_a_threshold_that_always_fires_is_the_uncached_decode_bit_for_bit(flavou
 
 @pytest.mark.parametrize("flavour", ["llada", "dream"])
 def test_a_row_of_a_batch_decodes_as_it_does_alone(flavour):
-    prompts = _prompts(flavour, 4)
+    prompts = _prompts(flavour, 3)
     batch = _engine(flavour, prompts)
     alone = [_engine(flavour, prompts[i: i + 1]) for i in range(len(prompts))]
     assert batch == tuple([a[k][0] for a in alone] for k in range(3))

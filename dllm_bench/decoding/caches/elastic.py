@@ -62,7 +62,8 @@ class ElasticCache(CacheBase):
     track_num: int = 1
     refresh_drifting_layer: bool = False
     name: ClassVar[str] = "elastic"
-    stores: ClassVar[tuple[str, ...]] = ("k", "v")
+    # per layer and position: k, v, and the rotated query and the input stream, each the size of attn / ffn's entry
+    stores: ClassVar[tuple[str, ...]] = ("k", "v", "attn", "ffn")
 
     def check(self) -> None:
         if self.window < 1:
@@ -94,7 +95,7 @@ def _ordered(chosen: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tens
     ordered = torch.sort(torch.where(chosen, j, T + j), dim=1).values[:, :width]
     last = ordered.gather(1, (counts - 1).clamp(min=0).unsqueeze(1))
     own = torch.arange(width, device=chosen.device) < counts.unsqueeze(1)
-    return torch.where(own, ordered, last), own, counts
+    return torch.where(own, ordered, last).clamp(max=T - 1), own, counts  # a row with none: any position, not own
 
 
 class ElasticSession:
