@@ -45,6 +45,8 @@ for _cache in ("none", "prefix"):  # KLASS: the next block's distributions (no d
     SETTINGS[f"blocks/pc_sampler/{_cache}"] = ("llada", "blocks", {"steps": "gen"}, "pc_sampler", {}, _cache, 3)
 SETTINGS["blocks/klass_dream/none"] = ("dream", "blocks", {}, "klass", {"variant": "dream"}, "none", 3)
 SETTINGS["blocks/topk/dkv"] = ("llada", "blocks", {"steps": "gen"}, "topk", {}, "dkv", 3)
+# Elastic-Cache: one read more per step than dual, its refresh decision (the layer each row's drift test fired at)
+SETTINGS["blocks/threshold/elastic"] = ("llada", "blocks", {}, "threshold", {"tau": 0.9}, "elastic", 4)
 SETTINGS["slowfast/code/none"] = ("llada", "slowfast", {"preset": "code"}, None, {}, "none", 5)
 SETTINGS["slowfast/dream/none"] = ("dream", "slowfast", {"preset": "dream"}, None, {}, "none", 5)
 SETTINGS["dream/maskgit_plus/none"] = ("dream", "dream", {"steps": "gen", "alg": "maskgit_plus"}, None, {}, "none", 5)

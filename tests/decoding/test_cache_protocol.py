@@ -80,7 +80,9 @@ STEPS = [  # (active rows, block_lo, block_hi): rows leave, move to the next blo
 
 
 PLANS_FROM_FORWARDS = {"d2cache": "its plan reads the last forward's rollout (tests/decoding/test_d2cache.py decodes "
-                                  "a batch whose rows leave at different steps)"}
+                                  "a batch whose rows leave at different steps)",
+                       "elastic": "its plan reads the last forward's drift and most-attended tokens, and a row whose "
+                                  "drift test fires is in a second forward (tests/decoding/test_elastic_cache.py)"}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.skip(reason=PLANS_FROM_FORWARDS[n]))

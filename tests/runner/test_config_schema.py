@@ -114,6 +114,8 @@ SWITCHES = [
     (["cache=sparse_dllm"], "cache.kernel_size", 5, 2),
     *[(["cache=d2cache"], f"cache.{k}", v, 2) for k, v in [
         ("rollout_p", 0.2), ("current_k", 8), ("sigma", 3.0), ("inflate_w", 4), ("top_up", True)]],
+    *[(["cache=elastic"], f"cache.{k}", v, 2) for k, v in [
+        ("window", 8), ("gamma", 0.8), ("track_num", 2), ("refresh_drifting_layer", True)]],
 ]
 
 

@@ -54,7 +54,7 @@ def test_every_option_of_every_group_is_reachable(group):
     ("rule=frechet,rule.delta=1.5", "frechet delta must be in [0, 1), got 1.5"),
     ("cache=dllm,refresh_interval=4", "refresh_interval=4 is not allowed: unknown key at the top level"),
     ("cache=nope", "cache='nope' is not allowed: choose one of d2cache, d2cache_semi_ar, dkv, dkv_refresh16, dkv_refresh4, "
-                   "dllm, dual, none, prefix, sparse_dllm"),
+                   "dllm, dual, elastic, none, prefix, sparse_dllm"),
     ("limit=5", "limit=5 is not allowed: lm-eval's own options choose the documents"),
     ("model=GSAI-ML/LLaDA-8B-Instruct", "the checkpoint itself goes in pretrained="),
 ])

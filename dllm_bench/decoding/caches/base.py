@@ -87,7 +87,8 @@ class CacheSession(Protocol):
     def forwards(self, view: HostView, rows: StepRows, ids: torch.Tensor) -> Iterator[Forward]:
         """The step's forwards for the active rows of ``view`` over the canvas ``ids`` [B, T] (the tokens before
         this step's commit, on the device); run in the order they are yielded (the session may set its storage
-        up between them); every active row is in exactly one."""
+        up between them, and read what the last one left there); every active row is in one, or in a later one
+        too, whose logits then replace the earlier's (Elastic-Cache's refresh)."""
 
 
 @runtime_checkable
