@@ -65,7 +65,9 @@ CAPABILITY_TESTS ?= tests/decoding/test_speed_equivalence.py tests/decoding/test
 	tests/models/test_linear.py tests/models/test_numerics.py tests/models/test_published_logits.py \
 	tests/decoding/test_bf16_tier.py::test_dream_bf16_decode_equals_the_published_loop \
 	tests/decoding/test_elastic_cache.py::test_a_threshold_that_always_fires_is_the_uncached_decode_bit_for_bit \
-	tests/decoding/test_elastic_cache.py::test_a_row_of_a_batch_decodes_as_it_does_alone
+	tests/decoding/test_elastic_cache.py::test_a_row_of_a_batch_decodes_as_it_does_alone \
+	tests/decoding/test_dkv_cache.py::test_tiny_dream_decodes_as_the_published_code \
+	tests/decoding/test_dkv_cache.py::test_tiny_llada_decodes_as_the_published_code
 
 # SKIP_CAPABILITY: one already covered (.ci/run passes the CPU's own, which make test has just run)
 SKIP_CAPABILITY ?=

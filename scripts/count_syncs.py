@@ -47,6 +47,15 @@ SETTINGS["blocks/klass_dream/none"] = ("dream", "blocks", {}, "klass", {"variant
 SETTINGS["blocks/topk/dkv"] = ("llada", "blocks", {"steps": "gen"}, "topk", {}, "dkv", 3)
 # Elastic-Cache: one read more per step than dual, its refresh decision (the layer each row's drift test fired at)
 SETTINGS["blocks/threshold/elastic"] = ("llada", "blocks", {}, "threshold", {"tau": 0.9}, "elastic", 4)
+SETTINGS["dream/maskgit_plus/dkv"] = ("dream", "dream", {"steps": "gen", "alg": "maskgit_plus"}, None, {}, "dkv", 3)
+for _rule, _params in (("topk", {}), ("threshold", {"tau": 0.9})):
+    SETTINGS[f"blocks/{_rule}/sparse_dllm"] = ("llada", "blocks", {"steps": "gen"} if _rule == "topk" else {},
+                                               _rule, _params, "sparse_dllm", 3)
+# d2Cache reads two more values a step than the engine's one read: the width of its query set (how many positions
+# its rollout nucleus and certainty density chose, which sizes the forward) and the candidates that forward
+# queried (the LM head runs on those; the others get zero logits, as published)
+SETTINGS["blocks/threshold/d2cache"] = ("llada", "blocks", {}, "threshold", {"tau": 0.9}, "d2cache", 5)
+SETTINGS["blocks/threshold/d2cache_dream"] = ("dream", "blocks", {}, "threshold", {"tau": 0.9}, "d2cache", 5)
 SETTINGS["slowfast/code/none"] = ("llada", "slowfast", {"preset": "code"}, None, {}, "none", 5)
 SETTINGS["slowfast/dream/none"] = ("dream", "slowfast", {"preset": "dream"}, None, {}, "none", 5)
 SETTINGS["dream/maskgit_plus/none"] = ("dream", "dream", {"steps": "gen", "alg": "maskgit_plus"}, None, {}, "none", 5)

@@ -215,7 +215,9 @@ def _predictions(logits: torch.Tensor, counts: Sequence[int] | None, measure: st
     # casting up to dtype is exact and keeps order and ties, so the max can be taken on the logits themselves
     exact = torch.promote_types(logits.dtype, dtype) == dtype
     if temperature == 0 and exact and measure in ("top1_prob", "random"):
-        if measure == "top1_prob" and dtype in (torch.float64, torch.float32):
+        # float32 is the published loops' own precision: there the confidence is torch.softmax's bits (below), whose
+        # internal sum rounds differently from the fast path's
+        if measure == "top1_prob" and dtype == torch.float64:
             return _fast_top1(logits, dtype, forbidden, kept, workspace)
         if measure == "random":
             if generators is None:

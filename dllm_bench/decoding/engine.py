@@ -98,6 +98,8 @@ def generate(
     flavour = getattr(getattr(model, "config", None), "flavour", None)
     if isinstance(flavour, str) and flavour not in cache.flavours:
         raise ValueError(f"cache {cache.name!r} runs on {', '.join(cache.flavours)} models only, got a {flavour!r} model")
+    if isinstance(flavour, str):
+        cache.check_flavour(flavour, policy.name)
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids must be [B, P], got shape {tuple(input_ids.shape)}")
     measure = spec.measure

@@ -139,6 +139,10 @@ def _validate_combination(c: dict[str, Any], task: Task) -> None:
     cache = c["cache"]["name"]
     if flavour not in CACHES[cache].flavours:
         _fail("model.flavour", flavour, f"cache {cache!r} runs on {', '.join(CACHES[cache].flavours)} models only")
+    try:
+        CACHES[cache].check_flavour(flavour, policy)
+    except ValueError as err:
+        _fail("model.flavour", flavour, str(err))
     if task.needs_images and not c["model"].get("vision"):
         _fail("task.name", c["task"]["name"],
               f"needs images, but model {c['model']['name_or_path']!r} is text-only (model.vision=false); "

@@ -1,7 +1,7 @@
 """dKV-Cache-Decode decodes as its published code does, counts what it computes, and refuses what that code never
-ran. Goldens: ``tests/fixtures/dkv_published.json`` (how they were recorded: its ``source`` field), a hash of the
-published answer ids and the NFE per setting and held-out puzzle; the first puzzles of every setting run by
-default (one batch per setting), ``-m exhaustive`` replays all of them."""
+ran. Goldens: ``tests/fixtures/dkv_published.json`` (LLaDA) and ``dkv_dream_published.json`` (Dream; how they were
+recorded: their ``source`` field), a hash of the published answer ids and the NFE per setting and held-out puzzle;
+the first puzzles of every setting run by default (one batch per setting), ``-m exhaustive`` replays all of them."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ import pytest
 import torch
 
 from dllm_bench.decoding import (
+    Accounting,
     DecodeSpec,
     Decoding,
+    Sampling,
     build_cache,
     build_policy,
     build_selector,
@@ -28,7 +30,9 @@ from .published_goldens import tiny_model as _model
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = json.loads((ROOT / "tests" / "fixtures" / "dkv_published.json").read_text())
+DREAM_GOLDEN = json.loads((ROOT / "tests" / "fixtures" / "dkv_dream_published.json").read_text())
 DEFAULT_PUZZLES = 20
+DREAM_DEFAULT_PUZZLES = 12
 
 
 def _spec(setting: dict, gen_length: int) -> DecodeSpec:
@@ -51,6 +55,45 @@ def test_tiny_llada_decodes_as_the_published_code(index, full):
         out = generate(_model(), batch, None, _spec(setting, GOLDEN["gen_length"]))
     got = [(answer_hash(out.tokens[b].tolist()), out.records[b].nfe) for b in range(len(cases))]
     assert got == [(c["answer_hash"], c["nfe"]) for c in cases]
+
+
+def _dream_case(i: int, setting: dict, full: bool):
+    label = f"s{setting['steps']}-{setting['alg']}-n{setting['refresh_every']}"
+    return pytest.param(i, full, id=label + ("-all" if full else ""), marks=[pytest.mark.exhaustive] if full else [])
+
+
+@pytest.mark.parametrize("index,full", [_dream_case(i, s, f) for i, s in enumerate(DREAM_GOLDEN["settings"])
+                                        for f in (False, True)])
+def test_tiny_dream_decodes_as_the_published_code(index, full):
+    """Dream's loop (``diffusion_generate``, cache_type 'decoded'): the published softmax is float32, so the
+    confidence is taken in the logits' dtype."""
+    setting = DREAM_GOLDEN["settings"][index]
+    cases = setting["cases"] if full else setting["cases"][:DREAM_DEFAULT_PUZZLES]
+    G = DREAM_GOLDEN["gen_length"]
+    spec = DecodeSpec(Decoding(G, G, build_policy("dream", steps=setting["steps"], alg=setting["alg"]), None,
+                               build_cache("dkv", refresh_every=setting["refresh_every"])),
+                      Sampling(confidence_precision="model"))
+    batch = torch.tensor([_prompts("dream")[c["sample_id"]] for c in cases])
+    with torch.no_grad():
+        out = generate(_model("dream"), batch, None, spec)
+    got = [(answer_hash(out.tokens[b].tolist()), out.records[b].nfe) for b in range(len(cases))]
+    assert got == [(c["answer_hash"], c["nfe"]) for c in cases]
+
+
+def test_dream_forward_positions_count_the_queries(dream):
+    """Dream, refresh_every 4: steps 0 and 4 run the canvas (P + G); step 1 runs position P - 1 and every answer
+    position (the canvas's last included); any other step i runs the position before each answer position masked at
+    the start of step i - 1."""
+    P, G = 6, 8
+    prompts = torch.tensor(prompts_for(dream, lengths=(P,), seed=4))
+    spec = DecodeSpec(Decoding(G, G, build_policy("dream", steps=G), None, build_cache("dkv", refresh_every=4)),
+                      accounting=Accounting(trace=True))
+    with torch.no_grad():
+        out = generate(dream, prompts, None, spec)
+    committed = [t.n_committed for t in out.records[0].trace]
+    masked = [G - sum(committed[:i]) for i in range(G)]  # at the start of step i
+    expected = sum(P + G if i % 4 == 0 else G + 1 if i == 1 else masked[i - 1] for i in range(G))
+    assert out.records[0].nfe == G and out.records[0].forward_positions == expected
 
 
 def test_refresh_every_one_is_the_uncached_decode(llada):
@@ -95,19 +138,23 @@ def test_batched_rows_that_part_decode_as_alone(llada):
 
 @pytest.mark.parametrize("policy,rule,match", [
     (("blocks", {}), ("threshold", {}), r"^cache 'dkv' runs as published only with policy 'blocks' \(steps\)"),
-    (("dream", {"steps": 8}), None, r"^cache 'dkv' runs as published only with"),
+    (("slowfast", {}), None, r"^cache 'dkv' runs as published only with"),
     (("blocks", {"steps": 16}), ("topk", {"remasking": "entropy"}), r"^cache 'dkv' runs with topk remasking"),
 ])
 def test_combinations_the_published_loop_never_ran_are_refused(policy, rule, match):
     with pytest.raises(ValueError, match=match):
         check_combination(build_policy(policy[0], **policy[1]), build_selector(rule[0], **rule[1]) if rule else None,
-                          build_cache("dkv"), gen_length=16, block_length=16 if policy[0] == "dream" else 8)
+                          build_cache("dkv"), gen_length=16, block_length=8)
 
 
-def test_cfg_and_dream_are_refused(dream):
+def test_cfg_and_the_other_flavours_loop_are_refused(dream, llada):
     with pytest.raises(ValueError, match="classifier-free guidance runs only without a cache"):
         check_combination(build_policy("blocks", steps=16), build_selector("topk"), build_cache("dkv"),
                           gen_length=16, block_length=8, cfg_scale=1.0)
     spec = DecodeSpec(Decoding(16, 8, build_policy("blocks", steps=16), build_selector("topk"), build_cache("dkv")))
-    with pytest.raises(ValueError, match=r"^cache 'dkv' runs on llada models only, got a 'dream' model$"):
+    with pytest.raises(ValueError, match=r"^cache 'dkv' runs on dream models with policy 'dream' \(the published "
+                                         r"dream loop\), got policy 'blocks'$"):
         generate(dream, torch.tensor([[1, 2, 3]]), None, spec)
+    spec = DecodeSpec(Decoding(16, 16, build_policy("dream", steps=16), None, build_cache("dkv")))
+    with pytest.raises(ValueError, match=r"^cache 'dkv' runs on llada models with policy 'blocks'"):
+        generate(llada, torch.tensor([[1, 2, 3]]), None, spec)

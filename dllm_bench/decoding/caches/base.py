@@ -111,6 +111,10 @@ class Cache(Protocol):
     def check_combination(self, *, policy: Any, selector: Any, gen_length: int, block_length: int) -> None:
         """Raise ValueError where the published code never ran this cache with that policy, rule or length."""
 
+    @classmethod
+    def check_flavour(cls, flavour: str, policy_name: str) -> None:
+        """Raise ValueError where the published code never ran this cache on that model flavour with that policy."""
+
     def session(self, canvas: Canvas) -> CacheSession:
         """A fresh session for one decode."""
 
@@ -135,6 +139,10 @@ class CacheBase:
         return None
 
     def check_combination(self, *, policy: Any, selector: Any, gen_length: int, block_length: int) -> None:
+        return None
+
+    @classmethod
+    def check_flavour(cls, flavour: str, policy_name: str) -> None:
         return None
 
 

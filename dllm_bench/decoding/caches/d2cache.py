@@ -156,6 +156,7 @@ class D2Session:
         self.first_conf: torch.Tensor | None = None  # [b, G] the first forward's confidence at its masked positions
         self.masked: torch.Tensor | None = None  # [b, G] masked when the last step began
         self.open_block: torch.Tensor | None = None  # [b, G] the last step's block positions masked then
+        self._bounds: tuple[list[int], list[int], torch.Tensor] | None = None  # block bounds, copied to the device
 
     def forwards(self, view: HostView, rows: StepRows, ids: torch.Tensor) -> Iterator[Forward]:
         P, T = self.canvas.prompt_length, self.canvas.length
@@ -191,10 +192,18 @@ class D2Session:
         P = self.canvas.prompt_length
         rows = self.cohort.rows
         masked = ids.index_select(0, rows)[:, P:] == self.canvas.mask_token_id
-        lo = torch.tensor([view.block_lo[r] for r in self.cohort.host_rows], device=masked.device)[:, None]
-        hi = torch.tensor([view.block_hi[r] for r in self.cohort.host_rows], device=masked.device)[:, None]
+        lo, hi = self._block_bounds(view, masked.device)
         j = torch.arange(masked.shape[1], device=masked.device)
         self.masked, self.open_block = masked, masked & (j >= lo) & (j < hi)
+
+    def _block_bounds(self, view: HostView, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """The cohort's block bounds [b, 1] each on the device, copied from the host only when they change (at a
+        block's start or when rows leave), not every step."""
+        lo = [view.block_lo[r] for r in self.cohort.host_rows]
+        hi = [view.block_hi[r] for r in self.cohort.host_rows]
+        if self._bounds is None or self._bounds[0] != lo or self._bounds[1] != hi:
+            self._bounds = (lo, hi, torch.tensor([lo, hi], device=device).unsqueeze(2))
+        return self._bounds[2][0], self._bounds[2][1]
 
     def _first_confidence(self, storage: RolloutKVCache) -> torch.Tensor:
         """Top-1 softmax probability (in the logits' dtype, over the whole vocabulary) of the first forward at every

@@ -9,6 +9,8 @@ prefix and dual cache (a span) and by caches that query per-row positions (``pos
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from ..network import Block, LayerContext
@@ -85,3 +87,34 @@ class KVCache:
         self.values = [v[rows] for v in self.values]
         if self.ids is not None:
             self.ids = self.ids[rows]
+
+
+class QueriesFirstKVCache(KVCache):
+    """A :class:`KVCache` whose forwards at per-row positions attend the keys in dKV-Cache's order: the queries'
+    (ascending), then the other positions' (ascending), as its published ``cat([fresh K/V, stored K/V])``. The
+    attention is the same; SDPA sums over the keys in that order, so the logits carry the published bits."""
+
+    _order: torch.Tensor | None = None
+
+    def begin(self, input_ids: torch.Tensor, start: int, canvas_length: int, read_only: int = 0,
+              positions: torch.Tensor | None = None) -> None:
+        super().begin(input_ids, start, canvas_length, read_only, positions)
+        self._order = None
+        if positions is not None:
+            queried = torch.zeros(positions.shape[0], canvas_length, dtype=torch.bool, device=positions.device)
+            queried.scatter_(1, positions, True)
+            self._order = torch.sort((~queried).to(torch.int8), dim=1, stable=True).indices
+
+    def run_layer(self, i: int, block: Block, h: torch.Tensor, ctx: LayerContext) -> torch.Tensor:
+        order = self._order
+        if order is None:
+            return super().run_layer(i, block, h, ctx)
+        if ctx.key_mask is not None:
+            ctx = replace(ctx, key_mask=ctx.key_mask.gather(1, order))
+
+        def merged_in_order(k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            k_all, v_all = self._merge(i, k, v)
+            index = order[:, None, :, None].expand(-1, k_all.shape[1], -1, k_all.shape[-1])
+            return k_all.gather(2, index), v_all.gather(2, index)
+
+        return block(h, ctx, kv_update=merged_in_order)
