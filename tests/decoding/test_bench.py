@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 
@@ -39,3 +40,10 @@ def test_profile_step_paths_run_at_tiny_size(load_script, capsys):
     profile_step.linear_products(["1024x512"], [12, 20], repeats=1)
     rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
     assert [r[1] for r in rows] == ["12", "20"] and all(r[-1] == "True" for r in rows)
+
+
+def test_bench_batch_refuses_an_unknown_cache_preset(load_script, capsys):
+    bench_batch = load_script("bench_batch")
+    with pytest.raises(SystemExit) as err:
+        bench_batch.main(["--caches", "none", "dkv_greedy9"])
+    assert err.value.code == 2 and "--caches dkv_greedy9: not a cache preset" in capsys.readouterr().err
