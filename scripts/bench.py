@@ -1,9 +1,13 @@
 """Decoding-engine benchmarks: selector cost, per-step time by cache mode, per-forward latency (GPU shapes).
 
 CPU default (``make bench``): a mid-size random LLaDA-shaped model (d_model 1024, 8 layers, vocab 16k), prompt 256
-+ answer 128, block 32, every cache mode through the real ``generate`` loop with fixed steps; then the
-real-vocabulary shape (d_model 512, 4 layers, LLaDA's 126 464 ids), prompt 128 + answer 256, threshold 0.9 and
-Fréchet 0.25 with none/prefix/dual; writes results/bench/*.csv.
++ answer 128, block 32, every cache preset of conf/cache/ (a new cache's YAML joins without code) through the real
+``generate`` loop with fixed steps; then the real-vocabulary shape (d_model 512, 4 layers, LLaDA's 126 464 ids),
+prompt 128 + answer 256, threshold 0.9 and Fréchet 0.25 with none/prefix/dual; writes results/bench/*.csv.
+The FLOP model: each decode is run a second time, untimed, under :func:`dllm_bench.models.flops.count_flops`, which
+counts every product it computes (query rows x key length per layer, projection and MLP rows, LM head rows, a
+cache's own products); ``flop_ratio_vs_none`` is its FLOPs per step over the no-cache decode's and
+``step_time_over_flop_ratio`` its step time against no cache over that ratio (1 = time follows FLOPs).
 ``--device cuda --shape llada-8b``: the real LLaDA-8B shapes with random bf16 weights, per-forward latency per
 cache mode at answer lengths 256/512/1024, batch 1 and 8.
 """
@@ -19,6 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+import yaml
 
 from dllm_bench.decoding import DecodeSpec, Decoding, build_cache, build_policy, build_selector, generate
 from dllm_bench.decoding.selectors import (
@@ -27,10 +32,12 @@ from dllm_bench.decoding.selectors import (
     threshold_commit_mask,
     topk_commit_mask,
 )
-from dllm_bench.models import DiffusionLM, FeatureCache, KVCache, ModelConfig, cpu_linear
+from dllm_bench.models import DiffusionLM, FeatureCache, KVCache, cpu_linear
+from dllm_bench.models.flops import count_flops
 from dllm_bench.models.random_weights import random_network
 
 ROOT = Path(__file__).resolve().parent.parent
+CACHE_CONF = ROOT / "conf" / "cache"
 LLADA_CONFIG = ROOT / "dllm_bench" / "models" / "reference_configs" / "llada-8b-instruct" / "config.json"
 SHAPES = {
     # d_model, n_layers, n_heads, mlp_hidden, vocab
@@ -75,33 +82,30 @@ class TimedNetwork:
     accepts_logits_range = True
     accepts_logits_at = True
 
-    def __init__(self, model: DiffusionLM):
-        self.model, self.config = model, model.config
-        self.forwards: list[tuple[int, int, int, float]] = []  # (queries, keys, LM-head positions, seconds)
+    def __init__(self, model: DiffusionLM, count: bool = False):
+        self.model, self.config, self.count = model, model.config, count
+        # (queries, keys, LM-head positions, seconds, counted FLOPs of the call or None when not counting)
+        self.forwards: list[tuple[int, int, int, float, int | None]] = []
 
     def __call__(self, input_ids, **kwargs):
         sync(input_ids.device)
         t = time.perf_counter()
-        out = self.model(input_ids, **kwargs)
+        if self.count:
+            out, flops = count_flops(lambda: self.model(input_ids, **kwargs))
+        else:
+            out, flops = self.model(input_ids, **kwargs), None
         sync(input_ids.device)
         mask = kwargs.get("attention_mask")
         keys = mask.shape[1] if mask is not None else input_ids.shape[1]
         head = out.shape[1]
         if out.dim() == 2:  # logits_at: [n, V], the head ran on n rows padded to head_min_rows
             head = max(out.shape[0], self.model.head_min_rows) if out.shape[0] else 0
-        self.forwards.append((input_ids.shape[1], keys, head, time.perf_counter() - t))
+        self.forwards.append((input_ids.shape[1], keys, head, time.perf_counter() - t,
+                              None if flops is None else flops.total))
         return out
 
-
-def layer_flops(cfg: ModelConfig, queries: int, keys: int, head: int | None = None) -> float:
-    """Multiply-add FLOPs of one forward: ``queries`` positions attending over ``keys`` keys, the LM head on
-    ``head`` positions (default: every query; the engine runs it on the candidates only)."""
-    d, hd = cfg.d_model, cfg.d_model // cfg.n_heads
-    kv = cfg.n_kv_heads * hd
-    proj = 2 * queries * (d * d * 2 + d * kv * 2)  # q, o and k, v
-    mlp = 2 * queries * 3 * d * cfg.mlp_hidden_size
-    attn = 2 * 2 * queries * keys * d
-    return cfg.n_layers * (proj + mlp + attn) + 2 * (queries if head is None else head) * d * cfg.vocab_size
+    def __getattr__(self, name: str):  # what a session reads of the model itself (d2Cache: its head and norm)
+        return getattr(self.model, name)
 
 
 def bench_selectors(repeats: int) -> pd.DataFrame:
@@ -132,37 +136,51 @@ def bench_selectors(repeats: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-CPU_CACHES = {
-    "none": ("none", {}),
-    "prefix": ("prefix", {}),
-    "dual": ("dual", {}),
-    "dllm": ("dllm", {"prompt_interval": 50, "response_interval": 7, "verify_ratio": 0.25}),
-}
+# the bench's own settings of a preset (dLLM-Cache: its LLaDA-Instruct GSM8K intervals); every other preset as shipped
+BENCH_PARAMS = {"dllm": {"prompt_interval": 50, "response_interval": 7, "verify_ratio": 0.25}}
+
+
+def cache_presets(conf_dir: Path = CACHE_CONF) -> dict[str, tuple[str, dict]]:
+    """Every cache preset of conf/cache/ as {file stem: (cache name, parameters)}, no cache first: a cache joins
+    the bench by its YAML alone."""
+    presets = {}
+    first = ("none", "prefix", "dual", "dllm")  # the earlier CSVs' rows, then the rest by name
+    for path in sorted(conf_dir.glob("*.yaml"), key=lambda p: (first.index(p.stem) if p.stem in first else 4, p.stem)):
+        params = dict(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
+        name = params.pop("name", path.stem)
+        presets[path.stem] = (name, {**params, **BENCH_PARAMS.get(path.stem, {})})
+    return presets
+
+
+CPU_CACHES = cache_presets()
 # the real-vocabulary shape runs the adaptive rules of the paper tables
 VOCAB_RULES = {"threshold": ("threshold", {"tau": 0.9}), "frechet": ("frechet", {"delta": 0.25})}
 
 
-def step_row(net: TimedNetwork, wall: float, nfe: int, canvas: int) -> dict:
-    """Per-step figures of one timed decode: step time, min full/cached forward, outside-network share and the
-    cached forward's cost per FLOP against the full forward's (1 = a cached FLOP costs what a full one does)."""
+def step_row(net: TimedNetwork, wall: float, nfe: int, canvas: int, counted: TimedNetwork, flops: int) -> dict:
+    """Per-step figures of one timed decode: step time, min full/cached forward, outside-network share, the
+    counted FLOPs per step (``flops``: the whole decode, counted in the untimed pass ``counted``) and the cached
+    forward's cost per FLOP against the full forward's (1 = a cached FLOP costs what a full one does)."""
     inside = sum(f[3] for f in net.forwards)
     full = [f for f in net.forwards if f[0] == canvas]
     cached = [f for f in net.forwards if f[0] < canvas]
-    cfg = net.config
+    full_flops = [f[4] for f in counted.forwards if f[0] == canvas]
+    cached_flops = [f[4] for f in counted.forwards if f[0] < canvas]
 
-    def per_flop(fs):
-        return min(f[3] / layer_flops(cfg, f[0], f[1], f[2]) for f in fs) if fs else float("nan")
+    def per_flop(fs, counts):
+        return min(f[3] for f in fs) / (sum(counts) / len(counts)) if fs and counts else float("nan")
 
-    flop_ratio = (sum(layer_flops(cfg, *f[:3]) for f in cached) / len(cached) / layer_flops(cfg, *full[0][:3])
-                  if cached and full else float("nan"))
+    flop_ratio = (sum(cached_flops) / len(cached_flops) / (sum(full_flops) / len(full_flops))
+                  if cached_flops and full_flops else float("nan"))
     return dict(
-        steps=nfe, step_time_ms=round(wall / nfe * 1e3, 2),
+        steps=nfe, step_time_ms=round(wall / nfe * 1e3, 2), gflops_per_step=round(flops / nfe / 1e9, 4),
         full_forward_ms=round(min(f[3] for f in full) * 1e3, 2) if full else float("nan"),
         cached_forward_ms=round(min(f[3] for f in cached) * 1e3, 2) if cached else float("nan"),
         outside_network_ms_per_step=round((wall - inside) / nfe * 1e3, 3),
         outside_network_fraction=round(1 - inside / wall, 4),
         cached_flop_ratio=round(flop_ratio, 4),
-        time_over_flop_ratio=round(per_flop(cached) / per_flop(full), 3) if cached and full else float("nan"),
+        time_over_flop_ratio=(round(per_flop(cached, cached_flops) / per_flop(full, full_flops), 3)
+                              if cached and full else float("nan")),
     )
 
 
@@ -179,7 +197,27 @@ def timed_decode(model: DiffusionLM, ids: torch.Tensor, answer: int, block: int,
     t = time.perf_counter()
     out = generate(net, ids, None, DecodeSpec(Decoding(answer, block, policy, selector, build_cache(name, **params))))
     sync(device)
-    return step_row(net, time.perf_counter() - t, out.records[0].nfe, ids.shape[1] + answer)
+    wall = time.perf_counter() - t
+    counted = TimedNetwork(model, count=True)
+    again, flops = count_flops(lambda: generate(counted, ids, None, DecodeSpec(
+        Decoding(answer, block, policy, selector, build_cache(name, **params)))))
+    if again.records[0].nfe != out.records[0].nfe:
+        raise RuntimeError(f"cache {name}: the counted decode took {again.records[0].nfe} steps, the timed one "
+                           f"{out.records[0].nfe}")
+    return step_row(net, wall, out.records[0].nfe, ids.shape[1] + answer, counted, flops.total)
+
+
+def runs_here(cache: tuple[str, dict], policy, selector, answer: int, block: int) -> str | None:
+    """Why a preset cannot run with this policy and rule on the LLaDA-shaped network (None: it can)."""
+    name, params = cache
+    built = build_cache(name, **params)
+    if "llada" not in built.flavours:
+        return f"cache {name!r} runs on {', '.join(built.flavours)} models only"
+    try:
+        built.check_combination(policy=policy, selector=selector, gen_length=answer, block_length=block)
+    except ValueError as err:
+        return str(err)
+    return None
 
 
 def _prompt(model: DiffusionLM, batch: int, prompt: int) -> torch.Tensor:
@@ -188,17 +226,23 @@ def _prompt(model: DiffusionLM, batch: int, prompt: int) -> torch.Tensor:
     return torch.randint(0, model.config.vocab_size - 8, (batch, prompt), generator=g).to(device)
 
 
-def bench_generate(model: DiffusionLM, batch: int, prompt: int, answer: int, block: int, steps: int) -> pd.DataFrame:
-    """Per-step time by cache mode through ``generate`` (fixed-step top-k, so every mode does the same steps).
+def bench_generate(model: DiffusionLM, batch: int, prompt: int, answer: int, block: int, steps: int,
+                   caches: dict[str, tuple[str, dict]] | None = None) -> pd.DataFrame:
+    """Per-step time by cache preset (default: every one of conf/cache/ that runs with fixed-step top-k on LLaDA)
+    through ``generate`` (fixed-step top-k, so every mode does the same steps).
 
     Forward times are the minimum over the run's forwards (the uncontended cost on a shared machine); the step
     time is the mean and the outside-network fraction compares time inside and outside forwards of one run.
     """
     ids = _prompt(model, batch, prompt)
     rows = []
-    for mode, cache in CPU_CACHES.items():
-        row = timed_decode(model, ids, answer, block, build_policy("blocks", steps=steps), build_selector("topk"),
-                           cache)
+    for mode, cache in (caches or CPU_CACHES).items():
+        policy, selector = build_policy("blocks", steps=steps), build_selector("topk")
+        why = runs_here(cache, policy, selector, answer, block)
+        if why is not None:
+            print(f"bench: preset {mode} left out: {why}")
+            continue
+        row = timed_decode(model, ids, answer, block, policy, selector, cache)
         rows.append(dict(cache=mode, selector="topk", batch=batch, prompt=prompt, answer=answer, block=block, **row))
     return pd.DataFrame(_versus_none(rows))
 
@@ -218,10 +262,14 @@ def bench_vocab(model: DiffusionLM, prompt: int, answer: int, block: int, caches
 
 
 def _versus_none(rows: list[dict]) -> list[dict]:
-    """Adds each row's step time against the first row's (no cache)."""
-    base = rows[0]["step_time_ms"]
+    """Adds each row's step time and FLOPs per step against the first row's (no cache), and the time ratio over
+    the FLOP ratio (1 = the step time follows the FLOPs; above 1 = the cache's FLOPs cost more than a full
+    forward's, as dual's small forwards do)."""
+    base, base_flops = rows[0]["step_time_ms"], rows[0]["gflops_per_step"]
     for r in rows:
         r["step_time_vs_none"] = round(r["step_time_ms"] / base, 4)
+        r["flop_ratio_vs_none"] = round(r["gflops_per_step"] / base_flops, 4)
+        r["step_time_over_flop_ratio"] = round(r["step_time_vs_none"] / r["flop_ratio_vs_none"], 3)
     return rows
 
 

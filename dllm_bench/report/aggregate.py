@@ -26,6 +26,7 @@ class Aggregate:
     nfe_mean: float          # NFE per document
     tokens_per_forward: float
     run_ids: tuple[str, ...]
+    forward_positions_mean: float = math.nan  # query positions computed per document (nan: runs without the column)
     latency_s: float = math.nan    # seconds a document waits for its answer (runs.csv `latency_s_mean`), pooled
     task_docs: int | None = None   # documents the task has (runs.csv `task_docs`; None for older runs)
     loaded: bool | None = None     # any pooled run timed on a loaded machine (None: not recorded)
@@ -115,6 +116,16 @@ def _latency(rows: pd.DataFrame) -> float:
     return float((latency[known] * docs[known]).sum() / docs[known].sum()) if known.any() else math.nan
 
 
+def _forward_positions(rows: pd.DataFrame) -> float:
+    """Query positions the network computed per document over the pooled runs (runs.csv `forward_positions_total`);
+    nan when a run lacks it (runs from before the column)."""
+    if "forward_positions_total" not in rows:
+        return math.nan
+    total = pd.to_numeric(rows["forward_positions_total"], errors="coerce")
+    docs = pd.to_numeric(rows["n_samples"], errors="coerce")
+    return float(total.sum() / docs.sum()) if total.notna().all() and docs.sum() > 0 else math.nan
+
+
 def aggregate_runs(rows: pd.DataFrame) -> Aggregate:
     """Pool the runs.csv rows of one setting.
 
@@ -165,6 +176,7 @@ def aggregate_runs(rows: pd.DataFrame) -> Aggregate:
         nfe_mean=float(per_repeat["nfe_total"].sum()) / total_n,
         tokens_per_forward=float(per_repeat["tokens_total"].sum() / per_repeat["nfe_total"].sum()),
         run_ids=tuple(sorted(set(rows["run_id"].astype(str)))),
+        forward_positions_mean=_forward_positions(rows),
         latency_s=_latency(rows),
         task_docs=_task_docs(rows),
         loaded=_loaded(rows),

@@ -15,7 +15,7 @@ from dllm_bench.report.tables import METRIC_LABELS, TableSpec
 
 TIMED_METRICS = ("tokens_per_s", "speedup", "latency_s")
 DEFAULT_DECIMALS = {"accuracy": 1, "tokens_per_s": 1, "nfe": 0, "speedup": 2, "tokens_per_forward": 2, "nfe_mean": 1,
-                    "latency_s": 3}
+                    "latency_s": 3, "forward_positions_mean": 1}
 LONG_COLUMNS = (
     "table", "row", "column", "metric", "published", "reproduced", "delta", "ci_low", "ci_high", "spread_sd",
     "n_samples", "n_full", "n_repeats", "loaded", "batch_size", "throughput", "timing_docs", "timing_agreement",

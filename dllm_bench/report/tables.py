@@ -32,6 +32,7 @@ METRIC_LABELS = {
     "tokens_per_forward": "Tok/NFE",
     "nfe_mean": "NFE/sample",
     "latency_s": "Latency (s)",
+    "forward_positions_mean": "Fwd pos./sample",
 }
 CELL_KEYS = {"row", "col", "overrides", "published", "notes", "unavailable", "speedup_ref", "scoring"}
 TABLE_KEYS = {"title", "preset", "paper", "table", "metrics", "row_header", "speedup_ref", "scoring", "needs_gpu",

@@ -42,6 +42,8 @@ def summarise(rows: list[dict[str, Any]], count_rule: str, scoring: str = "lm_ev
     both = {f"{col}_total": sum(int(r[col]) for r in rows) if all(col in r for r in rows) else math.nan
             for col in ("tokens_cut", PAPER_CUT_COLUMN)}
     wall_total = sum(float(r["wall_time_s"]) for r in rows)
+    positions = (sum(int(r["forward_positions"]) for r in rows)
+                 if rows and all("forward_positions" in r for r in rows) else math.nan)
     return {
         "n_samples": n,
         "n_correct": correct,
@@ -53,6 +55,7 @@ def summarise(rows: list[dict[str, Any]], count_rule: str, scoring: str = "lm_ev
         "steps_mean": sum(int(r["steps"]) for r in rows) / n if n else math.nan,
         "tokens_total": tokens_total,
         "tokens_per_forward": tokens_total / nfe_total if nfe_total else math.nan,
+        "forward_positions_total": positions,  # query positions the network computed, summed over rows and forwards
         "tokens_per_s": tokens_total / wall_total if wall_total > 0 else math.nan,
         "latency_s_mean": sum(float(r["latency_s"]) for r in rows) / n if n else math.nan,
         "wall_time_s_total": wall_total,
@@ -97,7 +100,7 @@ TIMING_KEYS = ("tokens_per_s", "latency_s_mean", "wall_time_s_total", "timing_to
 # runs.csv column order (docs/runner.md): run_id, name, the config keys sorted, these summary columns, then the
 # run's bookkeeping.
 SUMMARY_COLUMNS = ("n_samples", "n_correct", "accuracy", "accuracy_ci_low", "accuracy_ci_high", "nfe_mean",
-                   "nfe_total", "steps_mean", "tokens_total", "tokens_per_forward", "tokens_per_s", "latency_s_mean",
+                   "nfe_total", "steps_mean", "tokens_total", "tokens_per_forward", "forward_positions_total", "tokens_per_s", "latency_s_mean",
                    "wall_time_s_total", "count_rule")
 # code tasks: samples per sandbox verdict (docs/sandbox.md, "The verdict"), after the summary columns
 SANDBOX_COLUMNS = tuple(f"sandbox_{s}" for s in STATUSES)

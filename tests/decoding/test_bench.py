@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 
@@ -10,12 +11,24 @@ def test_bench_paths_run_at_tiny_size(load_script):
     model = bench.build_model("tiny", torch.device("cpu"), torch.float32)
     lat = bench.bench_forward_latency(model, 16, [16], [1, 2], 8, repeats=1, deadline=float("inf"))
     assert sorted(lat["cache"].unique()) == ["dllm", "dual", "none", "prefix"] and (lat["forward_ms"] > 0).all()
+    presets = bench.cache_presets()
+    assert list(presets)[:4] == ["none", "prefix", "dual", "dllm"] and {"dkv", "sparse_dllm"} <= set(presets)
     with torch.no_grad():
-        steps = bench.bench_generate(model, 1, 16, 16, 8, 4)
-    assert list(steps["cache"]) == ["none", "prefix", "dual", "dllm"]
+        steps = bench.bench_generate(model, 1, 16, 16, 8, 4, {k: presets[k] for k in ("none", "dual", "dkv")})
+    assert list(steps["cache"]) == ["none", "dual", "dkv"]
     assert (steps["steps"] == 4).all() and steps["outside_network_fraction"].between(0, 1).all()
-    # FLOP model: a dual step (block only) costs less than a full forward
-    assert bench.layer_flops(model.config, 8, 32) < bench.layer_flops(model.config, 32, 32)
+    # FLOP model: dual's block-only steps compute less than no cache; dKV-Cache at two steps per block runs every
+    # step in full (its steps 0 and 1), so exactly as much
+    ratio = dict(zip(steps["cache"], steps["flop_ratio_vs_none"]))
+    assert ratio["none"] == 1 and 0 < ratio["dual"] < 1 and ratio["dkv"] == 1
+    assert (steps["step_time_over_flop_ratio"] > 0).all()
+
+
+def test_bench_leaves_out_a_preset_its_loop_cannot_run(load_script):
+    bench = load_script("bench")
+    policy, selector = bench.build_policy("blocks"), bench.build_selector("threshold", tau=0.9)
+    assert "rule 'threshold'" in bench.runs_here(("dkv", {}), policy, selector, 16, 8)
+    assert bench.runs_here(("dual", {}), policy, selector, 16, 8) is None
 
 
 def test_profile_step_paths_run_at_tiny_size(load_script, capsys):
@@ -27,3 +40,10 @@ def test_profile_step_paths_run_at_tiny_size(load_script, capsys):
     profile_step.linear_products(["1024x512"], [12, 20], repeats=1)
     rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
     assert [r[1] for r in rows] == ["12", "20"] and all(r[-1] == "True" for r in rows)
+
+
+def test_bench_batch_refuses_an_unknown_cache_preset(load_script, capsys):
+    bench_batch = load_script("bench_batch")
+    with pytest.raises(SystemExit) as err:
+        bench_batch.main(["--caches", "none", "dkv_greedy9"])
+    assert err.value.code == 2 and "--caches dkv_greedy9: not a cache preset" in capsys.readouterr().err

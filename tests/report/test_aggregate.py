@@ -51,3 +51,12 @@ def test_package_paths_match_across_checkouts():
     assert same_value("/elsewhere/clone/dllm_bench/tiny/checkpoints/tiny_llada", here)
     assert not same_value("/elsewhere/clone/dllm_bench/tiny/checkpoints/tiny_dream", here)
     assert not same_value("/data/LLaDA-8B-Instruct", here)
+
+
+def test_forward_positions_per_document_pool_over_runs_and_need_every_run():
+    rows = _rows((0, 0, 50, 40, 500, 1000, 10.0), (0, 50, 50, 30, 600, 1100, 11.0))
+    assert math.isnan(aggregate_runs(rows).forward_positions_mean)  # runs from before the column
+    rows["forward_positions_total"] = ["3000", "4000"]
+    assert aggregate_runs(rows).forward_positions_mean == pytest.approx(7000 / 100)
+    rows.loc[1, "forward_positions_total"] = ""
+    assert math.isnan(aggregate_runs(rows).forward_positions_mean)

@@ -82,6 +82,9 @@ def test_summary_counts_by_rule():
     assert math.isclose(s["tokens_per_forward"], 40 / 22) and math.isclose(s["tokens_per_s"], 40 / 2.0)
     assert summarise(rows, "all")["tokens_total"] == 96
     assert summarise(list(reversed(rows)), "cut") == s
+    assert math.isnan(s["forward_positions_total"])  # rows without the field (older samples)
+    counted = [{**r, "forward_positions": 100 + i} for i, r in enumerate(rows)]
+    assert summarise(counted, "cut")["forward_positions_total"] == 406
 
 
 def test_run_id_ignores_bookkeeping_keys_only():
