@@ -50,14 +50,17 @@ from dllm_bench.models.config import ModelConfig  # noqa: E402
 from dllm_bench.models.random_weights import random_network  # noqa: E402
 
 CONFIGS = ROOT / "dllm_bench" / "models" / "reference_configs"
-# LLaDA-MoE-7B-A1B has no config.json in any public code this project could read (docs/models.md), so its shape is
-# assumed: OLMoE-1B-7B's layout (dInfer python/dinfer/model/configuration_olmoe.py defaults: hidden 2048, 16 layers,
-# 16 heads, 64 experts top-8 of size 1024) with qk-norm, every layer MoE, and a 157184-row vocabulary holding
-# LLaDA-MoE's mask 156895 and eos 156892 (dInfer benchmarks); keys as tools/configuration_lladamoe.py names them
+# LLaDA-MoE-7B-A1B's config.json is in no public code this project could read (docs/models.md), so its shape is
+# assumed: OLMoE-1B-7B's layout (dInfer python/dinfer/model/configuration_olmoe.py defaults) with qk-norm, every
+# layer MoE, keys as tools/configuration_lladamoe.py names them. Secondhand agreement (docs/models.md, "LLaDA-MoE's
+# shape, secondhand"): hidden 2048, 16 layers, 16 heads (16 K/V), 64 experts top-8 of 1024, dense size 8192, every
+# layer MoE, no shared expert, qk-norm, rope_theta 50000, 8192 positions, mask 156895, eos/pad 156892. Not seen
+# anywhere: the vocabulary (157184 is LLaDA 2.0's, whose mask and pad ids are the same two: inferred), rms_norm_eps (the config
+# class's default 1e-5), clip_qkv and the expert bias (assumed off, as OLMoE)
 LLADA_MOE_ASSUMED = {
     "architectures": ["LLaDAMoEModelLM"], "model_type": "llada", "vocab_size": 157184, "hidden_size": 2048,
     "num_hidden_layers": 16, "num_attention_heads": 16, "num_key_value_heads": 16, "num_experts": 64,
-    "num_experts_per_tok": 8, "expert_intermediate_size": 1024,
+    "num_experts_per_tok": 8, "expert_intermediate_size": 1024, "dense_intermediate_size": 8192,
     "shared_expert_intermediate_size": None, "moe_layer_freq": [1] * 16, "qk_layernorm": True, "clip_qkv": None,
     "moe_router_enable_expert_bias": False, "rope_theta": 50000.0, "rms_norm_eps": 1e-5, "rope_scaling": None,
     "partial_rotary_factor": 1.0, "hidden_act": "silu", "tie_word_embeddings": False, "attention_bias": False,

@@ -124,13 +124,16 @@ def render_model_card(directory: Path) -> str:
     bias = "q/k/v biases" if cfg.get("include_qkv_bias") else "no biases"
     schema = (f"LLaDA (OLMo-style config.json keys, `model.transformer.blocks.N.*` tensors, {bias})"
               if flavour == "llada" else
+              f"LLaDA-MoE (the published config keys, `model.layers.N.mlp.experts.E.*` tensors; "
+              f"{cfg.get('num_experts')} experts of {cfg.get('expert_intermediate_size')}, top "
+              f"{cfg.get('num_experts_per_tok')}, qk-norm)" if flavour == "llada_moe" else
               "Dream (Qwen2-style config.json keys, `model.layers.N.*` tensors, q/k/v biases, grouped-query "
               "attention, logits shifted inside the network)")
     template = ("LLaDA's (`<|startoftext|><|start_header_id|>user<|end_header_id|>\\n\\n{puzzle}<|eot_id|>"
-                "<|start_header_id|>assistant<|end_header_id|>\\n\\n`)" if flavour == "llada" else
+                "<|start_header_id|>assistant<|end_header_id|>\\n\\n`)" if flavour in ("llada", "llada_moe") else
                 "Dream's Qwen style (`<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n<|im_start|>user\\n"
                 "{puzzle}<|im_end|>\\n<|im_start|>assistant\\n`)")
-    end = "`<|eot_id|>` then `<|endoftext|>`" if flavour == "llada" else "`<|im_end|>` then `<|endoftext|>`"
+    end = "`<|eot_id|>` then `<|endoftext|>`" if flavour in ("llada", "llada_moe") else "`<|im_end|>` then `<|endoftext|>`"
     parts = [
         f"# tiny_{flavour}: a trained {log['parameters'] / 1e6:.2f} M-parameter diffusion LM for 4×4 Sudoku",
         "",

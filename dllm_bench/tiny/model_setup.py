@@ -7,27 +7,36 @@ from pathlib import Path
 from typing import Any
 
 from dllm_bench.models import DiffusionLM, ModelConfig
+from dllm_bench.models.moe import MoEConfig, MoEDiffusionLM
 from dllm_bench.models.tiny_format import DEFAULT_CHARS, build_char_tokenizer, hf_config_for, save_checkpoint
+from dllm_bench.models.tiny_moe import moe_hf_config
 
-EOT_TOKEN = {"llada": "<|eot_id|>", "dream": "<|im_end|>"}
+FLAVOURS = ("llada", "dream", "llada_moe")
+EOT_TOKEN = {"llada": "<|eot_id|>", "dream": "<|im_end|>", "llada_moe": "<|eot_id|>"}
 TINY_ROPE_THETA = 10000.0  # sequences are < 128 tokens; LLaDA's 500000 would waste most rotary frequencies
 TINY_MAX_SEQUENCE_LENGTH = 256
 
 
 def build_tiny_tokenizer(flavour: str) -> Any:
-    """Character-level tokenizer over printable ASCII with the flavour's special tokens and chat template."""
-    return build_char_tokenizer(DEFAULT_CHARS, flavour)
+    """Character-level tokenizer over printable ASCII with the flavour's special tokens and chat template
+    (the tiny LLaDA-MoE uses LLaDA's, as ``models/tiny_moe.py`` does)."""
+    return build_char_tokenizer(DEFAULT_CHARS, "dream" if flavour == "dream" else "llada")
 
 
 def build_tiny_model(
     flavour: str, tokenizer: Any, *, d_model: int, n_layers: int, n_heads: int, mlp_hidden_size: int,
-    llada_qkv_bias: bool = False,
+    llada_qkv_bias: bool = False, num_experts: int = 8, num_experts_per_tok: int = 2,
 ) -> DiffusionLM:
     """A fresh network whose config (``model.config.raw``) is the real schema's config.json for the flavour.
 
     Dream gets grouped-query attention (half as many K/V heads) and q/k/v biases, as Dream-7B has; LLaDA
-    gets q/k/v biases only when asked (the schema's ``include_qkv_bias``; LLaDA-8B has none).
+    gets q/k/v biases only when asked (the schema's ``include_qkv_bias``; LLaDA-8B has none). LLaDA-MoE
+    (``llada_moe``) gets every layer a MoE layer of ``num_experts`` experts of size ``mlp_hidden_size``, top
+    ``num_experts_per_tok``, qk-norm, no shared expert, no expert bias and no ``clip_qkv`` (OLMoE's layout).
     """
+    if flavour == "llada_moe":
+        return _build_tiny_moe(tokenizer, d_model=d_model, n_layers=n_layers, n_heads=n_heads,
+                               expert_size=mlp_hidden_size, num_experts=num_experts, top_k=num_experts_per_tok)
     n_kv_heads = n_heads if flavour == "llada" else max(1, n_heads // 2)
     hf = hf_config_for(
         flavour, tokenizer, d_model=d_model, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads,
@@ -41,6 +50,23 @@ def build_tiny_model(
     config.eot_token_id = tokenizer.convert_tokens_to_ids(EOT_TOKEN[flavour])
     config.bos_token_id = tokenizer.bos_token_id
     model = DiffusionLM(config)
+    model.tokenizer = tokenizer
+    return model
+
+
+def _build_tiny_moe(tokenizer: Any, *, d_model: int, n_layers: int, n_heads: int, expert_size: int,
+                    num_experts: int, top_k: int) -> MoEDiffusionLM:
+    hf = moe_hf_config(
+        tokenizer, hidden_size=d_model, num_layers=n_layers, num_heads=n_heads, num_experts=num_experts,
+        top_k=top_k, expert_intermediate_size=expert_size, dense_intermediate_size=expert_size * top_k,
+        shared_expert_intermediate_size=None, moe_layer_freq=[1] * n_layers, clip_qkv=None, expert_bias=False,
+        rope_theta=TINY_ROPE_THETA, max_position_embeddings=TINY_MAX_SEQUENCE_LENGTH,
+    )
+    hf["_name_or_path"] = "dllm-bench/tiny_llada_moe"
+    config = MoEConfig.from_hf_config(hf, name_or_path=hf["_name_or_path"])
+    config.eot_token_id = tokenizer.convert_tokens_to_ids(EOT_TOKEN["llada_moe"])
+    config.bos_token_id = tokenizer.bos_token_id
+    model = MoEDiffusionLM(config)
     model.tokenizer = tokenizer
     return model
 

@@ -36,3 +36,15 @@ def masked_diffusion_loss(
     ce = F.cross_entropy(logits.transpose(1, 2).float(), target, reduction="none")  # [B, G]
     weighted = torch.where(masked, ce / p_mask, torch.zeros_like(ce))
     return (weighted.sum(dim=1) / masked.shape[1]).mean()
+
+
+def load_balancing_loss(router_logits: list[torch.Tensor], num_experts: int, top_k: int) -> torch.Tensor:
+    """Switch-Transformer load-balancing loss over all MoE layers' router logits [N, E] (the form LLaDA-MoE's
+    published modeling file computes as ``aux_loss``): E x sum over slots and experts of (share of tokens whose
+    k-th choice is the expert) x (mean router probability of the expert); 1 per slot when routing is uniform.
+    """
+    logits = torch.cat(router_logits, dim=0)
+    probs = F.softmax(logits.float(), dim=-1)  # [N, E]
+    chosen = probs.topk(top_k, dim=-1).indices  # [N, k]
+    share = F.one_hot(chosen, num_experts).float().mean(dim=0)  # [k, E]
+    return (share * probs.mean(dim=0)).sum() * num_experts

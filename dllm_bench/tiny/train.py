@@ -2,13 +2,17 @@
 
     python -m dllm_bench.tiny.train --flavour llada        # both stages: 34 min wall recorded (2 threads)
     python -m dllm_bench.tiny.train --flavour dream        # 54 min wall recorded (2 threads)
+    python -m dllm_bench.tiny.train --flavour llada_moe    # LLaDA-MoE network (models/moe.py), 8 experts top 2
 
 Two stages by default: stage 1 (``--stage1-steps``, from random init) learns the constraints on minimal
 unique-solution puzzles, stage 2 (``--steps``, from the stage-1 weights) trains on the task's open puzzles
 (few clues, target a uniformly random valid completion), which calibrates the confidences of open cells.
 The loss of a masked cell is taken against its exact posterior given the visible cells (``--targets
 posterior``, the default; LLaDA's objective in expectation, see ``encoding.posterior_answer_targets``).
-The network sizes and step counts of the shipped checkpoints are ``SHIPPED_RECIPE``.
+The network sizes and step counts of the shipped checkpoints are ``SHIPPED_RECIPE``. For ``llada_moe`` the
+routers also get the Switch load-balancing loss the published LLaDA-MoE modeling file computes, weighted by
+``--router-aux-loss-coef`` (0.01, the ``router_aux_loss_coef`` of the published config class); ``--mlp-hidden-size``
+is then each expert's size.
 ``--stage1-steps 0 --init-from DIR`` runs stage 2 alone from a stage-1 checkpoint.
 
 Writes the checkpoint (config.json, model.safetensors, tokenizer files) to
@@ -35,8 +39,8 @@ import torch
 from dllm_bench.models import DiffusionLM
 from dllm_bench.tasks.sudoku_puzzles import PUZZLE_KINDS, load_test_set, puzzle_stream
 from dllm_bench.tiny.encoding import DEFAULT_GEN_LENGTH, encode_batch, posterior_answer_targets
-from dllm_bench.tiny.model_setup import build_tiny_model, build_tiny_tokenizer, save_tiny_checkpoint
-from dllm_bench.tiny.objective import mask_answers, masked_diffusion_loss
+from dllm_bench.tiny.model_setup import FLAVOURS, build_tiny_model, build_tiny_tokenizer, save_tiny_checkpoint
+from dllm_bench.tiny.objective import load_balancing_loss, mask_answers, masked_diffusion_loss
 
 CHECKPOINT_ROOT = Path(__file__).parent / "checkpoints"
 STATE_ROOT = Path("outputs") / "tiny_train"
@@ -44,6 +48,8 @@ STATE_ROOT = Path("outputs") / "tiny_train"
 SHIPPED_RECIPE = {
     "llada": {"stage1_steps": 1000, "steps": 3500, "d_model": 128, "mlp_hidden_size": 384},
     "dream": {"stage1_steps": 600, "steps": 3100, "d_model": 160, "mlp_hidden_size": 480},
+    # 8 experts of 192, top 2: the active MLP width (384) and active parameters (0.88 M) of tiny_llada's
+    "llada_moe": {"stage1_steps": 1000, "steps": 3500, "d_model": 128, "mlp_hidden_size": 192},
 }
 TARGET_KINDS = ("posterior", "sample")
 # stage 1 (from random init, minimal puzzles) of the shipped recipe; the other settings are shared with stage 2
@@ -78,7 +84,11 @@ class TrainConfig:
     d_model: int | None = None
     n_layers: int = 4
     n_heads: int = 4
-    mlp_hidden_size: int | None = None
+    mlp_hidden_size: int | None = None  # llada_moe: each expert's size (expert_intermediate_size)
+    num_experts: int = 8  # llada_moe only
+    num_experts_per_tok: int = 2  # llada_moe only
+    # weight of the routers' load-balancing loss (llada_moe only; the published config class's default 0.01)
+    router_aux_loss_coef: float = 0.01
     # LLaDA schema's include_qkv_bias (Dream always has q/k/v biases): without them the seed-0 LLaDA run sat on
     # a loss plateau (0 % solved at step 800) where the same run with them learnt as fast as Dream (docs/tiny.md)
     llada_qkv_bias: bool = True
@@ -93,8 +103,11 @@ class TrainConfig:
             raise ValueError(f"puzzles {self.puzzles!r} is not one of {sorted(PUZZLE_KINDS)}")
         if self.targets not in TARGET_KINDS:
             raise ValueError(f"targets {self.targets!r} is not one of {list(TARGET_KINDS)}")
-        if self.flavour not in ("llada", "dream"):
-            raise ValueError(f"flavour {self.flavour!r} is not one of 'llada', 'dream'")
+        if self.flavour not in FLAVOURS:
+            raise ValueError(f"flavour {self.flavour!r} is not one of {', '.join(map(repr, FLAVOURS))}")
+        if not 1 <= self.num_experts_per_tok <= self.num_experts:
+            raise ValueError(f"num_experts_per_tok={self.num_experts_per_tok}: must be in [1, num_experts="
+                             f"{self.num_experts}]")
         for name, value in SHIPPED_RECIPE[self.flavour].items():
             if getattr(self, name) is None:
                 setattr(self, name, value)
@@ -133,6 +146,20 @@ def monitor_solve_rates(model: DiffusionLM, rows: list[dict], gen_length: int) -
             for key, setting in settings.items()}
 
 
+def _record_router_logits(model: DiffusionLM) -> list[torch.Tensor]:
+    """A list that each MoE layer's router appends its logits [N, E] to in every forward that builds a graph."""
+    logits: list[torch.Tensor] = []
+
+    def keep(module: torch.nn.Module, args: tuple, out: torch.Tensor) -> None:
+        if torch.is_grad_enabled():
+            logits.append(out)
+
+    for layer in model.layers:
+        if getattr(layer, "is_moe", False):
+            layer.gate.register_forward_hook(keep)
+    return logits
+
+
 def _save_state(path: Path, model: DiffusionLM, opt: torch.optim.Optimizer, step: int, log: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -150,8 +177,10 @@ def train(cfg: TrainConfig, out_dir: Path, state_path: Path, resume: bool = Fals
     tokenizer = build_tiny_tokenizer(cfg.flavour)
     model = build_tiny_model(cfg.flavour, tokenizer, d_model=cfg.d_model, n_layers=cfg.n_layers,
                              n_heads=cfg.n_heads, mlp_hidden_size=cfg.mlp_hidden_size,
-                             llada_qkv_bias=cfg.llada_qkv_bias)
+                             llada_qkv_bias=cfg.llada_qkv_bias, num_experts=cfg.num_experts,
+                             num_experts_per_tok=cfg.num_experts_per_tok)
     init_weights(model, cfg.n_layers)
+    router_logits = _record_router_logits(model)
     init_log = None
     if cfg.init_from:
         from dllm_bench.models import load_model
@@ -190,7 +219,7 @@ def train(cfg: TrainConfig, out_dir: Path, state_path: Path, resume: bool = Fals
         torch.rand(cfg.batch_size, g_len, generator=gen)
     monitor_rows = load_test_set()[:cfg.monitor_puzzles]
 
-    tokens_seen, t_last, loss_acc, n_acc = 0, time.time(), 0.0, 0
+    tokens_seen, t_last, loss_acc, aux_acc, n_acc = 0, time.time(), 0.0, 0.0, 0
     t_run, wall_before = time.time(), log.get("wall_seconds", 0.0)  # wall clock incl. monitors and saves
     for step in range(start_step, cfg.steps if stop_at is None else min(stop_at, cfg.steps)):
         t0 = time.time()
@@ -203,10 +232,16 @@ def train(cfg: TrainConfig, out_dir: Path, state_path: Path, resume: bool = Fals
         targets = answers if cfg.targets == "sample" else posterior_answer_targets(
             tokenizer, [b[0] for b in batch], answers, masked, mcfg.vocab_size)
         loss = masked_diffusion_loss(logits, targets, masked, p_mask)
+        total = loss
+        if router_logits:
+            aux = load_balancing_loss(router_logits, cfg.num_experts, cfg.num_experts_per_tok)
+            total = loss + cfg.router_aux_loss_coef * aux
+            router_logits.clear()
+            aux_acc += aux.item()
         for group in opt.param_groups:
             group["lr"] = learning_rate(cfg, step)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        total.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
         log["train_seconds"] += time.time() - t0
@@ -218,9 +253,11 @@ def train(cfg: TrainConfig, out_dir: Path, state_path: Path, resume: bool = Fals
             now = time.time()
             entry = {"step": done, "loss": round(loss_acc / n_acc, 4), "lr": learning_rate(cfg, step),
                      "tokens_per_s": round(tokens_seen / (now - t_last)), "train_seconds": round(log["train_seconds"], 1)}
+            if cfg.flavour == "llada_moe":
+                entry["aux_loss"] = round(aux_acc / n_acc, 4)  # load balancing: 1 per slot = uniform
             log["curve"].append(entry)
             print(json.dumps(entry), flush=True)
-            tokens_seen, t_last, loss_acc, n_acc = 0, now, 0.0, 0
+            tokens_seen, t_last, loss_acc, aux_acc, n_acc = 0, now, 0.0, 0.0, 0
         if done % cfg.monitor_every == 0 or done == cfg.steps:
             model.eval()
             rates = monitor_solve_rates(model, monitor_rows, DEFAULT_GEN_LENGTH)
@@ -238,17 +275,17 @@ def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, Path, Path, 
     """CLI -> (TrainConfig, checkpoint dir, resumable-state path, resume flag)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     defaults = TrainConfig()
-    ap.add_argument("--flavour", choices=["llada", "dream"], required=True)
+    ap.add_argument("--flavour", choices=FLAVOURS, required=True)
     for name in SHIPPED_RECIPE["llada"]:
         ap.add_argument("--" + name.replace("_", "-"), type=int, default=None,
                         help="default: the shipped recipe's, "
                         + ", ".join(f"{f} {r[name]}" for f, r in SHIPPED_RECIPE.items()))
-    for name in ("seed", "batch_size", "n_layers", "n_heads", "threads",
+    for name in ("seed", "batch_size", "n_layers", "n_heads", "threads", "num_experts", "num_experts_per_tok",
                  "save_every", "monitor_every", "monitor_puzzles", "log_every", "warmup_steps"):
         ap.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name))
     ap.add_argument("--targets", choices=TARGET_KINDS, default=defaults.targets,
                     help="loss targets of the open cells: 'posterior' (default) or 'sample'")
-    for name in ("lr", "weight_decay", "eps"):
+    for name in ("lr", "weight_decay", "eps", "router_aux_loss_coef"):
         ap.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(defaults, name))
     ap.add_argument("--llada-qkv-bias", action=argparse.BooleanOptionalAction, default=defaults.llada_qkv_bias,
                     help="LLaDA schema's include_qkv_bias (default: on)")

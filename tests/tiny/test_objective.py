@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from dllm_bench.tasks.sudoku_puzzles import completions, parse_puzzle
 from dllm_bench.tiny.encoding import encode_batch, posterior_answer_targets
 from dllm_bench.tiny.model_setup import build_tiny_model, build_tiny_tokenizer
-from dllm_bench.tiny.objective import mask_answers, masked_diffusion_loss
+from dllm_bench.tiny.objective import load_balancing_loss, mask_answers, masked_diffusion_loss
 
 
 def test_mask_answers_masks_at_rate_p_and_only_with_the_mask_id():
@@ -84,3 +84,20 @@ def test_posterior_targets_are_the_marginals_over_completions_agreeing_with_visi
     # a unique-solution state gives one-hot targets equal to the answer ids
     none_masked = posterior_answer_targets(tok, [puzzle], ids, torch.zeros_like(masked), cfg.vocab_size)
     assert torch.equal(none_masked.argmax(-1), ids) and torch.equal(none_masked.max(-1).values, torch.ones(1, 24))
+
+
+def test_load_balancing_loss_matches_a_per_token_reference():
+    """E * sum_slot,expert share * mean prob, written token by token; uniform routing gives one per slot."""
+    torch.manual_seed(2)
+    layers = [torch.randn(7, 4), torch.randn(5, 4)]
+    probs = torch.softmax(torch.cat(layers), dim=-1)
+    n, e, k = probs.shape[0], 4, 2
+    share = torch.zeros(k, e)
+    for row in probs:
+        for slot, expert in enumerate(row.topk(k).indices.tolist()):
+            share[slot, expert] += 1.0 / n
+    expected = e * sum(share[s, x] * probs[:, x].mean() for s in range(k) for x in range(e))
+    assert torch.allclose(load_balancing_loss(layers, e, k), expected)
+    # every expert chosen equally often in each slot with equal mean probability: k
+    uniform = [torch.tensor([[2.0, 1.0, 0.0, 0.0], [0.0, 2.0, 1.0, 0.0], [0.0, 0.0, 2.0, 1.0], [1.0, 0.0, 0.0, 2.0]])]
+    assert torch.allclose(load_balancing_loss(uniform, 4, 2), torch.tensor(2.0))

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from dllm_bench.models import load_model
+from dllm_bench.models.moe import MoEDiffusionLM
 from dllm_bench.tiny.train import TrainConfig, learning_rate, parse_args, train, two_stage
 
 
@@ -27,6 +28,29 @@ def test_train_writes_a_loadable_checkpoint_for_each_flavour(tmp_path):
         assert model.config.flavour == flavour and model.config.is_instruct
         assert model.config.tensor_naming == ("olmo" if flavour == "llada" else "llama")
         assert json.loads((out / "train_log.json").read_text())["config"]["steps"] == 2
+
+
+def test_train_llada_moe_writes_a_published_format_checkpoint_and_balances_routing(tmp_path):
+    """The MoE flavour trains the LLaDA-MoE network (experts, routers, qk-norm) and its load-balancing loss
+    reaches the routers: the same run without it ends with other router weights."""
+    runs = {}
+    for coef in (0.01, 0.0):
+        cfg = small("llada_moe", 2)
+        cfg.mlp_hidden_size, cfg.num_experts, cfg.num_experts_per_tok, cfg.router_aux_loss_coef = 8, 4, 2, coef
+        out = tmp_path / f"moe{coef}"
+        log = train(cfg, out, tmp_path / f"moe{coef}.pt")
+        assert all(0.0 < e["aux_loss"] for e in log["curve"])  # 2 (= top-k) when perfectly balanced
+        runs[coef] = load_model(out, device="cpu")
+    model = runs[0.01]
+    assert isinstance(model, MoEDiffusionLM) and model.config.num_experts == 4 and model.config.is_instruct
+    raw = json.loads((tmp_path / "moe0.01" / "config.json").read_text())
+    assert raw["architectures"] == ["LLaDAMoEModelLM"] and raw["expert_intermediate_size"] == 8
+    names = set(model.state_dict())
+    assert "model.layers.0.mlp.experts.3.down_proj.weight" in names and "model.layers.0.self_attn.q_norm.weight" in names
+    a, b = runs[0.01].state_dict(), runs[0.0].state_dict()
+    assert not torch.equal(a["model.layers.0.mlp.gate.weight"], b["model.layers.0.mlp.gate.weight"])
+    with pytest.raises(ValueError, match="num_experts_per_tok=5"):
+        TrainConfig(flavour="llada_moe", num_experts=4, num_experts_per_tok=5)
 
 
 def test_resume_matches_an_uninterrupted_run(tmp_path):
