@@ -63,7 +63,8 @@ test-fast: setup  ## the inner loop: a fast subset of the suite (FAST_TESTS)
 CAPABILITY_TESTS ?= tests/decoding/test_speed_equivalence.py tests/decoding/test_verify_selection.py \
 	tests/decoding/test_cache_reference.py tests/decoding/test_head_window.py tests/decoding/test_confidence.py \
 	tests/models/test_linear.py tests/models/test_numerics.py tests/models/test_published_logits.py \
-	tests/decoding/test_bf16_tier.py::test_dream_bf16_decode_equals_the_published_loop
+	tests/decoding/test_bf16_tier.py::test_dream_bf16_decode_equals_the_published_loop \
+	tests/decoding/test_rules_published.py
 
 # SKIP_CAPABILITY: one already covered (.ci/run passes the CPU's own, which make test has just run)
 SKIP_CAPABILITY ?=

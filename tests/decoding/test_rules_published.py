@@ -1,6 +1,7 @@
 """The rules decode as their published code does: goldens recorded by running the published decoder beside ours
 on the tiny LLaDA (and, where a setting names it, Dream) checkpoint (``tests/fixtures/rules_published.json``; how:
 its ``source`` field), replayed here. A setting's ``steps`` (default none: adaptive) is policy blocks' step count.
+LocalLeap has no published code: its settings (``origin`` reference) come from a plain reference of the paper's rule.
 
 Each golden holds, per setting and held-out puzzle, a hash of the published answer ids and its NFE. The first
 puzzles of every setting run by default (one batch per setting); ``-m exhaustive`` replays all of them.
@@ -42,7 +43,9 @@ def _decode(setting: dict, sample_ids: list[int]) -> list[tuple[str, int]]:
 
 def _case(i: int, setting: dict, full: bool):
     label = f"{setting['rule']}-{'-'.join(f'{k}{v}' for k, v in setting['params'].items())}-b{setting['block_length']}"
+    label += f"-s{setting['steps']}" if "steps" in setting else ""
     label += f"-{setting['flavour']}" if "flavour" in setting else ""
+    label += f"-{setting['origin']}" if "origin" in setting else ""
     return pytest.param(i, full, id=label + ("-all" if full else ""), marks=[pytest.mark.exhaustive] if full else [])
 
 
