@@ -161,7 +161,7 @@ def check_combination(
     if isinstance(policy, BlockPolicy):
         if selector is None:
             raise ValueError(f"policy {policy.name!r} has no commit rule of its own: choose a rule ({', '.join(sorted(RULES))})")
-        if selector.adaptive and policy.steps is not None:
+        if selector.adaptive and not getattr(selector, "takes_steps", False) and policy.steps is not None:
             raise ValueError(
                 f"rule {selector.name!r} is adaptive (a block runs until full): policy {policy.name!r} needs steps=None, "
                 f"got steps={policy.steps}"

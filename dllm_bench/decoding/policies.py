@@ -74,16 +74,17 @@ class BlockPolicy:
             # a block's last step commits whatever is left (e.g. after a refresh forced a single commit), as
             # Dream's published cache loop does; with LLaDA's counts this is exactly the scheduled k
             k = torch.where(last, ctx.candidates.sum(dim=1), k)
+            ctx.last_step = last
         ctx.quota = k
         return selector.commit(ctx), rule_tokens(selector, ctx)
 
     def advance(self, state: BlockState, masked: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
         state.step_in_block += active.long()
         lo, hi = self.block(state)
-        if self.steps is not None:
-            done = state.step_in_block >= state.steps_per_block
-        else:
-            done = ~(masked & _span_mask(lo, hi, masked.shape[1])).any(dim=1)
+        full = ~(masked & _span_mask(lo, hi, masked.shape[1])).any(dim=1)
+        # fixed steps: a block ends after its steps, or earlier once full (a rule that takes steps may fill it
+        # early, as KLASS's loop breaks; a fixed count fills it exactly at its last step)
+        done = full if self.steps is None else full | (state.step_in_block >= state.steps_per_block)
         done &= active
         state.block += done.long()
         state.step_in_block = torch.where(done, 0, state.step_in_block)

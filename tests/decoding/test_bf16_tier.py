@@ -3,7 +3,9 @@
 - Dream's own loop in bf16 gives the published loop's tokens (tests/fixtures/bf16_dream_decode_published.json,
   recorded from Fast-dLLM's Dream files under each ATen kernel width; how: the file's ``note``); the logits themselves are pinned in
   tests/models/test_published_logits.py.
-- Every policy x rule x cache decodes to the end in bf16, and a batch decodes each prompt as it decodes alone.
+- Every policy x rule x cache decodes to the end in bf16, and a batch decodes each prompt as it decodes alone:
+  the Fast-dLLM / SlowFast / dLLM-Cache matrix in full; the field's rules and policies (KLASS, PC-Sampler, ...,
+  WINO, DPad) without a cache and the later caches (dKV, Sparse-dLLM, d2Cache), once each where they run.
   That holds for rows of equal length (no padding), which is how these prompts batch. A left-padded row is not
   bit-identical: its attention sums over more keys (the padded ones weigh 0), the kernel blocks the sums
   differently, and the logits move by a rounding step (about 1e-5 in float32, 0.125 in bf16), which in bf16
@@ -54,6 +56,25 @@ DREAM_RULES = {
     "slowfast_dream": ("slowfast", {"preset": "dream"}, None, {}),
 }
 CACHES = {"none": {}, "prefix": {}, "dual": {}, "dllm": {"prompt_interval": 4, "response_interval": 2, "verify_ratio": 0.25}}
+# the field's rules and policies, each once without a cache (flavours: where the published code runs them)
+FIELD = {
+    "klass": ("blocks", {}, "klass", {}),
+    "pc_sampler": ("blocks", {"steps": G}, "pc_sampler", {}),
+    "certainty_prior": ("blocks", {"steps": G}, "certainty_prior", {}),
+    "eb_sampler": ("blocks", {}, "eb_sampler", {"gamma": 0.01}),
+    "entropy_threshold": ("blocks", {}, "entropy_threshold", {}),
+    "hierarchy": ("blocks", {}, "hierarchy", {}),
+    "credit": ("blocks", {}, "credit", {}),
+    "local_leap": ("blocks", {}, "local_leap", {}),
+    "wino": ("wino", {}, None, {}),
+    "dpad": ("dpad", {}, "threshold", {"tau": 0.9}),
+}
+FIELD_FLAVOURS = {"wino": ("llada",)}  # WINO re-scores a token at its own position: refused on Dream's shift
+# the later caches, each once: name -> (its parameters, the setting it runs, flavours where it runs)
+FIELD_CACHES = {"dkv": ({"refresh_every": 4}, "topk", ("llada",)),  # dKV-Cache: LLaDA, fixed count only
+                "sparse_dllm": ({}, "threshold", ("llada",)),  # Sparse-dLLM: LLaDA only
+                "d2cache": ({}, "threshold", ("llada", "dream"))}
+CACHE_PARAMS = {**CACHES, **{name: params for name, (params, _, _) in FIELD_CACHES.items()}}
 # whole-answer policies decode with one block
 WHOLE = ("dream", "dream_threshold")
 # the fast lane: one setting per cache and per policy family; the rest of the matrix is marked slow
@@ -76,7 +97,7 @@ def _decode(flavour: str, setting: tuple, cache_name: str, ids: torch.Tensor):
     policy, params, selector, sparams = setting
     block = G if policy in WHOLE or params.get("preset") == "dream" else BLOCK
     decoding = Decoding(G, block, build_policy(policy, **params), build_selector(selector, **sparams) if selector else None,
-                        build_cache(cache_name, **CACHES[cache_name]))
+                        build_cache(cache_name, **CACHE_PARAMS[cache_name]))
     spec = DecodeSpec(decoding, Sampling(confidence_precision=PRECISION[flavour]))
     with torch.no_grad():
         return generate(_model(flavour), ids, torch.ones_like(ids), spec)
@@ -88,11 +109,19 @@ def _cases():
             for cache_name in CACHES if name != "dream_threshold" else ("none",):  # that policy refuses a cache
                 marks = [] if (flavour, name, cache_name) in FAST else [pytest.mark.slow]
                 yield pytest.param(flavour, name, cache_name, marks=marks, id=f"{flavour}-{name}-{cache_name}")
+    for flavour in ("llada", "dream"):
+        for name in FIELD:
+            if flavour in FIELD_FLAVOURS.get(name, (flavour,)):
+                yield pytest.param(flavour, name, "none", marks=[pytest.mark.slow], id=f"{flavour}-{name}-none")
+        for cache_name, (_, name, flavours) in FIELD_CACHES.items():
+            if flavour in flavours:
+                yield pytest.param(flavour, name, cache_name, marks=[pytest.mark.slow],
+                                   id=f"{flavour}-{name}-{cache_name}")
 
 
 @pytest.mark.parametrize("flavour,name,cache_name", list(_cases()))
 def test_bf16_decode_batched_equals_alone(flavour: str, name: str, cache_name: str) -> None:
-    setting = {**RULES, **DREAM_RULES}[name]
+    setting = {**RULES, **DREAM_RULES, **FIELD}[name]
     ids = _prompts(flavour, 2)
     batched = _decode(flavour, setting, cache_name, ids)
     assert _model(flavour).dtype == torch.bfloat16

@@ -149,6 +149,15 @@ def test_klass_refuses_the_dual_cache_and_policies_without_blocks():
                           block_length=8)
 
 
+def test_klass_takes_steps_with_the_llada_loop_only():
+    check_combination(build_policy("blocks", steps=12), build_rule("klass"), build_cache("none"), gen_length=24,
+                      block_length=8)
+    with pytest.raises(ValueError, match=r"^rule 'klass' variant 'dream' runs dream_klass.py's steps = gen_length "
+                                         r"\(policy blocks without steps\), got steps=12$"):
+        check_combination(build_policy("blocks", steps=12), build_rule("klass", variant="dream"),
+                          build_cache("none"), gen_length=24, block_length=24)
+
+
 # ---------------------------------------------------------------- PC-Sampler
 
 

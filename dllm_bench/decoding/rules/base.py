@@ -38,6 +38,7 @@ class StepContext:
     quota: torch.Tensor | None = None  # [B] long, the policy's count (fixed-step schedules)
     state: Any = None  # the rule's state
     block: tuple[torch.Tensor, torch.Tensor] | None = None  # ([B], [B]) answer span of the current block
+    last_step: torch.Tensor | None = None  # [B] bool: the last step of a block of a fixed step count (else None)
 
 
 @runtime_checkable
@@ -66,6 +67,9 @@ class RuleBase:
 
     name: ClassVar[str] = ""
     adaptive: ClassVar[bool] = True
+    # an adaptive rule that also runs under a fixed step count (policy blocks with steps): its fallback commits
+    # the policy's count (``ctx.quota``) and a block ends after its steps or when full
+    takes_steps: ClassVar[bool] = False
     # True: a measure given in Sampling(confidence=...) replaces ``measure`` (rules comparing a probability-like
     # score); False: the rule's thresholds are in its own measure's units (an entropy), so any other is refused
     measure_overridable: ClassVar[bool] = True

@@ -7,8 +7,12 @@ strategy ``all``) and ``src/model/dream_klass.py`` (alg ``klass``). Per position
 float64 logits, KL_t = sum_v p_t (log(p_t + 1e-12) - log(p_{t-1} + 1e-12)) with p before the first forward = 0; the
 last H KLs are kept. LLaDA's loop counts stability only from the block's step H - 1 on (a step counter reset per
 block); a position's first KL in its block compares with the previous block's last forward, so the rule also reads
-the next block's logits (``watch``). The fallback is the top-k of the block schedule, 1 per step at every
-published setting (steps = gen_length); Dream's is the single most confident masked token.
+the next block's logits (``watch``). The fallback is the top-k of the block schedule: 1 per step with policy
+blocks without steps (= the published steps = gen_length), the policy's count with steps (``takes_steps``: a
+block ends after its steps or once full, as the published loop breaks); Dream's is the single most confident
+masked token. Where we differ with steps < gen_length: a block's last step commits every masked token left
+(the published loop leaves them masked for good), and a fallback whose count exceeds the masked tokens left
+commits just those (the published top-k then also picks -inf positions and rewrites them, prompt included).
 """
 
 from __future__ import annotations
@@ -66,6 +70,7 @@ class KLASS(RuleBase):
     history_length: int = 2
     variant: str = "llada"  # which published loop: llada_klass.py or dream_klass.py (see ``commit``)
     name: ClassVar[str] = "klass"
+    takes_steps: ClassVar[bool] = True
 
     def check(self) -> None:
         if not 0 <= self.conf_threshold <= 1:
@@ -81,6 +86,9 @@ class KLASS(RuleBase):
         if getattr(policy, "name", None) != "blocks":
             raise ValueError(f"rule 'klass' counts its steps per block of policy 'blocks' (KLASS's loop), got "
                              f"policy {policy.name!r}")
+        if self.variant == "dream" and getattr(policy, "steps", None) is not None:
+            raise ValueError(f"rule 'klass' variant 'dream' runs dream_klass.py's steps = gen_length (policy blocks "
+                             f"without steps), got steps={policy.steps}")
         if getattr(cache, "name", None) == "dual":
             raise ValueError("rule 'klass' reads the next block's distributions every step; cache 'dual' computes "
                              "only the current block (use cache none, prefix or dllm)")
@@ -135,13 +143,17 @@ class KLASS(RuleBase):
         return ctx.prediction if view is None else torch.where(ctx.candidates, view[0], ctx.prediction)
 
     def commit(self, ctx: StepContext) -> torch.Tensor:
-        """Ready = candidate, stable and sure (llada: p > c, dream: p >= c); none ready: the most confident
-        candidate (dream: ranked by the probability in the logits' dtype, ties to the lowest position)."""
+        """Ready = candidate, stable and sure (llada: p > c, dream: p >= c); none ready: the policy's count (1
+        without steps) of the most confident candidates (dream: ranked by the probability in the logits' dtype,
+        ties to the lowest position); a fixed-step block's last step: every candidate."""
         conf, cand = ctx.confidence, ctx.candidates
         view = self._dream_view(ctx)
         if view is not None:
             conf = torch.where(cand, view[1], conf)
-        fallback = topk_commit_mask(conf if view is None else torch.where(cand, view[2], ctx.confidence), cand, 1)
+        count = 1 if ctx.quota is None else ctx.quota
+        fallback = topk_commit_mask(conf if view is None else torch.where(cand, view[2], ctx.confidence), cand, count)
+        if ctx.last_step is not None:
+            fallback = torch.where(ctx.last_step.unsqueeze(1), cand, fallback)
         state: KlassState | None = ctx.state
         if state is None:  # no distributions seen: nothing is stable yet
             return fallback
@@ -155,4 +167,6 @@ class KLASS(RuleBase):
         stable &= (state.block_step >= self.history_length - 1).unsqueeze(1)
         sure = conf >= self.conf_threshold if self.variant == "dream" else conf > self.conf_threshold
         ready = cand & stable & sure
+        if ctx.last_step is not None:
+            ready = torch.where(ctx.last_step.unsqueeze(1), cand, ready)
         return torch.where(ready.any(dim=1, keepdim=True), ready, fallback)
