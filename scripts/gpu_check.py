@@ -381,12 +381,15 @@ def tiny_agreement(device: torch.device, rows: int | None) -> dict:
     if not TINY_FIXTURE.is_file():
         return {"missing": f"{TINY_FIXTURE.relative_to(ROOT)}: run --record-tiny-reference on the CPU first"}
     fixture = json.loads(TINY_FIXTURE.read_text())
+    reference = fixture["tokens"]
+    if device.type == "cpu":  # a CPU compares with the tokens of its own kernel width where they were recorded
+        reference = fixture.get("cpu_capability_tokens", {}).get(cpu_capability(), reference)
     result = {}
     for name in ("float32", "bfloat16"):
         got = tiny_tokens(device, DTYPES[name], fixture["prompts"], rows)
         per = {}
         for setting, tokens in got.items():
-            ref = torch.tensor(fixture["tokens"][name][setting][: len(tokens)])
+            ref = torch.tensor(reference[name][setting][: len(tokens)])
             now = torch.tensor(tokens)
             per[setting] = {"tokens": round(float((now == ref).float().mean()), 4),
                             "answers": round(float((now == ref).all(dim=1).float().mean()), 4), "rows": len(tokens)}
@@ -394,23 +397,41 @@ def tiny_agreement(device: torch.device, rows: int | None) -> dict:
     return result
 
 
+def cpu_capability() -> str:
+    """The SIMD width ATen's CPU kernels use here (ATEN_CPU_CAPABILITY or the CPU's own): default, avx2, avx512."""
+    return torch.backends.cpu.get_cpu_capability().lower()
+
+
 def record_tiny_reference(puzzles: int = 20) -> None:
-    """Write the fixture: the first ``puzzles`` held-out prompts' ids and their CPU tokens in float32 and bf16."""
+    """Write the fixture: the first ``puzzles`` held-out prompts' ids and their CPU tokens in float32 and bf16.
+
+    bf16 decodes of the tiny checkpoints change with the kernels' SIMD width (near-ties decided by last bits), so a
+    run under another ``ATEN_CPU_CAPABILITY`` than the fixture's adds that width's tokens beside the first ones."""
     from dllm_bench.models import load_model
     from dllm_bench.tasks.sudoku import SudokuTask
     from dllm_bench.tiny.encoding import prompt_ids
 
+    cpu = torch.device("cpu")
+    if TINY_FIXTURE.is_file():
+        fixture = json.loads(TINY_FIXTURE.read_text())
+        if fixture.get("capability", "avx512") != cpu_capability():
+            tokens = {name: tiny_tokens(cpu, DTYPES[name], fixture["prompts"]) for name in ("float32", "bfloat16")}
+            fixture.setdefault("cpu_capability_tokens", {})[cpu_capability()] = tokens
+            TINY_FIXTURE.write_text(json.dumps(fixture) + "\n")
+            print(f"wrote the {cpu_capability()} tokens into {TINY_FIXTURE}")
+            return
     rows = SudokuTask(limit=puzzles).docs()
     prompts = {}
     for flavour in ("llada", "dream"):
         tok = load_model(CHECKPOINTS / f"tiny_{flavour}", device="cpu", dtype="float32").tokenizer
         prompts[flavour] = [prompt_ids(tok, r["puzzle"]) for r in rows]
-    cpu = torch.device("cpu")
     tokens = {name: tiny_tokens(cpu, DTYPES[name], prompts) for name in ("float32", "bfloat16")}
     note = ("CPU tokens of the shipped tiny checkpoints (scripts/gpu_check.py --record-tiny-reference, torch "
-            f"{torch.__version__}); the GPU check decodes the same prompts on the device and reports agreement")
-    TINY_FIXTURE.write_text(json.dumps({"note": note, "gen_length": TINY_GEN, "prompts": prompts, "tokens": tokens})
-                            + "\n")
+            f"{torch.__version__}, ATEN_CPU_CAPABILITY {cpu_capability()}); the GPU check decodes the same prompts on "
+            "the device and reports agreement; cpu_capability_tokens: the same decodes under the other kernel widths "
+            "(bf16 near-ties go another way there)")
+    TINY_FIXTURE.write_text(json.dumps({"note": note, "capability": cpu_capability(), "gen_length": TINY_GEN,
+                                        "prompts": prompts, "tokens": tokens}) + "\n")
     print(f"wrote {TINY_FIXTURE}")
 
 
