@@ -82,9 +82,17 @@ def make_random_moe_checkpoint(
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
-                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=gen))
+                p.copy_(1.0 + 0.1 * standard_normal(p.shape, gen))
             else:
-                p.copy_(torch.randn(p.shape, generator=gen) * init_std / p.shape[-1] ** 0.5)
+                p.copy_(standard_normal(p.shape, gen) * init_std / p.shape[-1] ** 0.5)
         for _, b in model.named_buffers():  # the expert biases: large enough to change some choices
-            b.copy_(0.05 * torch.randn(b.shape, generator=gen))
+            b.copy_(0.05 * standard_normal(b.shape, gen))
     return save_checkpoint(model, tokenizer, directory, cfg)
+
+
+def standard_normal(shape: torch.Size, gen: torch.Generator) -> torch.Tensor:
+    """float32 normal draws that are the same under every ATEN_CPU_CAPABILITY: Box-Muller in float64 from uniform
+    draws (``torch.randn``'s vectorised CPU path gives other bits per SIMD width, so the weights, and goldens recorded
+    on them, would depend on the CPU)."""
+    u = torch.rand((2, *shape), generator=gen, dtype=torch.float64)
+    return (torch.sqrt(-2.0 * torch.log1p(-u[0])) * torch.cos(2.0 * torch.pi * u[1])).float()

@@ -5,7 +5,9 @@ Goldens (tests/fixtures/llada_moe_published_logits.safetensors): the tiny checkp
 ``make_random_moe_checkpoint(dir, seed=0)`` run through inclusionAI/dInfer@fce4e328
 ``tools/modeling_fused_lladamoe.py`` (its unfused ``LLaDAMoESparseMoeBlock``, attn_implementation="sdpa") under
 transformers 4.49.0, modules built under ``torch.set_default_dtype(dtype)`` and the weights loaded, as
-``from_pretrained(torch_dtype=dtype)`` does; the file's metadata records the weights' sha256 and the command.
+``from_pretrained(torch_dtype=dtype)`` does; the file's metadata records the weights' sha256 and the command. The
+published run's bits change with ATen's SIMD width, so it is recorded under each ``ATEN_CPU_CAPABILITY`` (avx512,
+default, avx2) and a test compares with its own width's.
 """
 
 from __future__ import annotations
@@ -29,6 +31,13 @@ from dllm_bench.models.tiny_moe import make_random_moe_checkpoint
 GOLDEN = Path(__file__).parents[1] / "fixtures" / "llada_moe_published_logits.safetensors"
 
 
+def golden_key(dtype: torch.dtype) -> str:
+    """The golden of this dtype recorded under this process's kernel width (the published bits differ per width)."""
+    here = torch.backends.cpu.get_cpu_capability().lower()
+    name = str(dtype).split(".")[1]
+    return f"logits_{name}" if here == "avx512" else f"logits_{name}_{here}"
+
+
 @pytest.fixture(scope="module")
 def moe_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_random_moe_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny_moe", seed=0)
@@ -47,7 +56,7 @@ def weights_sha256(directory: Path) -> str:
 def test_logits_equal_the_published_code_bit_for_bit(moe_dir, dtype):
     with safe_open(str(GOLDEN), "pt") as f:
         meta = f.metadata()
-        ids, want = f.get_tensor("input_ids"), f.get_tensor(f"logits_{str(dtype).split('.')[1]}")
+        ids, want = f.get_tensor("input_ids"), f.get_tensor(golden_key(dtype))
     assert weights_sha256(moe_dir) == meta["weights_sha256"], "the tiny checkpoint's weights changed: re-record"
     model = load_model(moe_dir, dtype=dtype, device="cpu")
     assert isinstance(model, MoEDiffusionLM)
@@ -59,17 +68,18 @@ def test_logits_equal_the_published_code_bit_for_bit(moe_dir, dtype):
 
 def test_float32_rotation_switch_is_wired(moe_dir):
     """The published file rotates in the model dtype, our default; ``rope_full_precision=True`` rotates in
-    float32: in float32 that changes no bit, in bf16 it leaves the published bits for logits nearer the float32
-    model's (mean absolute difference)."""
+    float32: in float32 that changes no bit, in bf16 it leaves the published bits. (Whether its logits come out
+    nearer the float32 model's is a matter of rounding on this random checkpoint: 0.0028 against 0.0029 under one
+    kernel width, the other way under another; not asserted.)"""
     with safe_open(str(GOLDEN), "pt") as f:
-        ids, want_bf16, want_f32 = f.get_tensor("input_ids"), f.get_tensor("logits_bfloat16"), f.get_tensor("logits_float32")
+        ids = f.get_tensor("input_ids")
+        want_bf16, want_f32 = f.get_tensor(golden_key(torch.bfloat16)), f.get_tensor(golden_key(torch.float32))
     assert load_model(moe_dir, device="meta").config.rope_full_precision is False
     with torch.no_grad():
         f32 = load_model(moe_dir, dtype=torch.float32, device="cpu", rope_full_precision=True)(ids)
         bf16 = load_model(moe_dir, dtype=torch.bfloat16, device="cpu", rope_full_precision=True)(ids)
     assert torch.equal(f32, want_f32)
     assert not torch.equal(bf16, want_bf16)
-    assert (bf16.float() - want_f32).abs().mean() < (want_bf16.float() - want_f32).abs().mean()
 
 
 def test_the_tiny_checkpoint_exercises_clipping_routing_bias_and_both_layer_kinds(moe_dir):
