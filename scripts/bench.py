@@ -211,9 +211,8 @@ def runs_here(cache: tuple[str, dict], policy, selector, answer: int, block: int
     """Why a preset cannot run with this policy and rule on the LLaDA-shaped network (None: it can)."""
     name, params = cache
     built = build_cache(name, **params)
-    if "llada" not in built.flavours:
-        return f"cache {name!r} runs on {', '.join(built.flavours)} models only"
     try:
+        built.check_flavour("llada", policy.name)
         built.check_combination(policy=policy, selector=selector, gen_length=answer, block_length=block)
     except ValueError as err:
         return str(err)

@@ -113,7 +113,8 @@ class Cache(Protocol):
 
     @classmethod
     def check_flavour(cls, flavour: str, policy_name: str) -> None:
-        """Raise ValueError where the published code never ran this cache on that model flavour with that policy."""
+        """Raise ValueError where the published code never ran this cache on that model flavour (one of ``flavours``)
+        or with that policy on it."""
 
     def session(self, canvas: Canvas) -> CacheSession:
         """A fresh session for one decode."""
@@ -143,7 +144,9 @@ class CacheBase:
 
     @classmethod
     def check_flavour(cls, flavour: str, policy_name: str) -> None:
-        return None
+        if flavour not in cls.flavours:
+            raise ValueError(f"cache {cls.name!r} runs on {', '.join(cls.flavours)} models only, got a {flavour!r} "
+                             "model")
 
 
 @dataclass

@@ -48,6 +48,7 @@ class DKVCache(CacheBase):
 
     @classmethod
     def check_flavour(cls, flavour: str, policy_name: str) -> None:
+        super().check_flavour(flavour, policy_name)
         loop = cls.loops.get(flavour)
         if loop is not None and policy_name != loop:
             raise ValueError(f"cache 'dkv' runs on {flavour} models with policy {loop!r} (the published {flavour} "
