@@ -70,11 +70,12 @@ FIELD = {
     "dpad": ("dpad", {}, "threshold", {"tau": 0.9}),
 }
 FIELD_FLAVOURS = {"wino": ("llada",)}  # WINO re-scores a token at its own position: refused on Dream's shift
-# the later caches, each once: name -> (its parameters, the setting it runs, flavours where it runs)
-FIELD_CACHES = {"dkv": ({"refresh_every": 4}, "topk", ("llada",)),  # dKV-Cache: LLaDA, fixed count only
-                "sparse_dllm": ({}, "threshold", ("llada",)),  # Sparse-dLLM: LLaDA only
-                "d2cache": ({}, "threshold", ("llada", "dream"))}
-CACHE_PARAMS = {**CACHES, **{name: params for name, (params, _, _) in FIELD_CACHES.items()}}
+# the later caches, each once per flavour it runs on: name -> (its parameters, {flavour: the setting it runs})
+FIELD_CACHES = {"dkv": ({"refresh_every": 4}, {"llada": "topk", "dream": "dream_entropy"}),  # each its published loop
+                "sparse_dllm": ({}, {"llada": "threshold"}),  # Sparse-dLLM: LLaDA only
+                "d2cache": ({}, {"llada": "threshold", "dream": "threshold"}),
+                "elastic": ({}, {"llada": "threshold", "dream": "threshold"})}
+CACHE_PARAMS = {**CACHES, **{name: params for name, (params, _) in FIELD_CACHES.items()}}
 # whole-answer policies decode with one block
 WHOLE = ("dream", "dream_threshold")
 # the fast lane: one setting per cache and per policy family; the rest of the matrix is marked slow
@@ -113,10 +114,10 @@ def _cases():
         for name in FIELD:
             if flavour in FIELD_FLAVOURS.get(name, (flavour,)):
                 yield pytest.param(flavour, name, "none", marks=[pytest.mark.slow], id=f"{flavour}-{name}-none")
-        for cache_name, (_, name, flavours) in FIELD_CACHES.items():
-            if flavour in flavours:
-                yield pytest.param(flavour, name, cache_name, marks=[pytest.mark.slow],
-                                   id=f"{flavour}-{name}-{cache_name}")
+        for cache_name, (_, settings) in FIELD_CACHES.items():
+            if flavour in settings:
+                yield pytest.param(flavour, settings[flavour], cache_name, marks=[pytest.mark.slow],
+                                   id=f"{flavour}-{settings[flavour]}-{cache_name}")
 
 
 @pytest.mark.parametrize("flavour,name,cache_name", list(_cases()))
