@@ -66,7 +66,7 @@ CAPABILITY_TESTS ?= tests/decoding/test_speed_equivalence.py tests/decoding/test
 	tests/decoding/test_bf16_tier.py::test_dream_bf16_decode_equals_the_published_loop \
 	tests/decoding/test_elastic_cache.py::test_a_threshold_that_always_fires_is_the_uncached_decode_bit_for_bit \
 	tests/decoding/test_elastic_cache.py::test_a_row_of_a_batch_decodes_as_it_does_alone \
-	tests/decoding/test_rules_published.py tests/decoding/test_rules_klass_pc.py tests/decoding/test_dkv_cache.py \
+	tests/decoding/test_rules_published.py tests/decoding/test_rules_klass_pc.py tests/decoding/test_dkv_cache.py tests/decoding/test_dkv_greedy.py \
 	tests/decoding/test_dpad.py tests/decoding/test_wino.py tests/decoding/test_sparse_dllm.py tests/decoding/test_d2cache.py
 
 # SKIP_CAPABILITY: one already covered (.ci/run passes the CPU's own, which make test has just run)

@@ -153,6 +153,7 @@ def cache_presets(conf_dir: Path = CACHE_CONF) -> dict[str, tuple[str, dict]]:
 
 
 CPU_CACHES = cache_presets()
+FIXED_COUNT_RULES = ("topk", "random_order")  # the same steps per block: the caches' step times compare
 # the real-vocabulary shape runs the adaptive rules of the paper tables
 VOCAB_RULES = {"threshold": ("threshold", {"tau": 0.9}), "frechet": ("frechet", {"delta": 0.25})}
 
@@ -190,7 +191,7 @@ def timed_decode(model: DiffusionLM, ids: torch.Tensor, answer: int, block: int,
     device = ids.device
     net = TimedNetwork(model)
     name, params = cache
-    warmup = Decoding(block, block, build_policy("blocks", steps=2), build_selector("topk"), build_cache(name, **params))
+    warmup = Decoding(block, block, build_policy("blocks", steps=2), selector, build_cache(name, **params))
     generate(net, ids[:, :16], None, DecodeSpec(warmup))
     net.forwards.clear()
     sync(device)
@@ -236,13 +237,18 @@ def bench_generate(model: DiffusionLM, batch: int, prompt: int, answer: int, blo
     ids = _prompt(model, batch, prompt)
     rows = []
     for mode, cache in (caches or CPU_CACHES).items():
-        policy, selector = build_policy("blocks", steps=steps), build_selector("topk")
-        why = runs_here(cache, policy, selector, answer, block)
+        policy = build_policy("blocks", steps=steps)
+        # top-k, or the other fixed-count rule where a cache needs it (dKV-Cache-Greedy: its drawn order)
+        for rule in FIXED_COUNT_RULES:
+            selector = build_selector(rule)
+            why = runs_here(cache, policy, selector, answer, block)
+            if why is None:
+                break
         if why is not None:
             print(f"bench: preset {mode} left out: {why}")
             continue
         row = timed_decode(model, ids, answer, block, policy, selector, cache)
-        rows.append(dict(cache=mode, selector="topk", batch=batch, prompt=prompt, answer=answer, block=block, **row))
+        rows.append(dict(cache=mode, selector=rule, batch=batch, prompt=prompt, answer=answer, block=block, **row))
     return pd.DataFrame(_versus_none(rows))
 
 

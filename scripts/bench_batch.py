@@ -8,8 +8,8 @@ stops if any round's token total differs. Writes results/bench/batch_speedup_cpu
 `scripts/reproduce_table.py --estimate` falls back to when no GPU speed-up file (gpu_generate_*.csv) exists.
 
 With ``--caches``: tokens/s per cache at each batch size instead, on the same puzzles with LLaDA's one token per
-step (rule topk, 24 steps: the rule dKV-Cache's loop runs), each cache at its conf/cache/ preset; dKV-Cache's
-authors say its gain needs large batches. Writes results/bench/cache_batch_cpu.csv with the load average at the
+step (rule topk, 24 steps: the rule dKV-Cache's loop runs; dKV-Cache-Greedy its drawn order, rule random_order),
+each cache at its conf/cache/ preset; dKV-Cache's authors say its gain needs large batches. Writes results/bench/cache_batch_cpu.csv with the load average at the
 start and end of every figure (speed is only meaningful on an idle machine: recorded, never asserted).
 
 Usage:  python scripts/bench_batch.py                      (about a minute on an idle 2-core CPU)
@@ -41,6 +41,8 @@ SHAPE = "tiny-llada"
 SETTINGS = {"rule": "threshold", "rule.tau": 0.9, "cache": "dual", "trace": False, "progress": False, "warmup": 1}
 # --caches: one token per step, the rule every cache runs with (dKV-Cache's loop only with topk)
 CACHE_SETTINGS = {"rule": "topk", "policy.steps": 24, "trace": False, "progress": False, "warmup": 1}
+# a cache whose published loop ranks otherwise (same count per step): dKV-Cache-Greedy commits in a drawn order
+CACHE_RULES = {"dkv_greedy": "random_order"}
 CACHE_BATCH_FILE = "cache_batch_cpu.csv"
 
 
@@ -59,11 +61,12 @@ def bench_caches(caches: list[str], batches: list[int], docs: int, rounds: int, 
         for cache in caches:
             for batch in batches:
                 load_start = os.getloadavg()[0]
+                rule = CACHE_RULES.get(cache, CACHE_SETTINGS["rule"])
                 runs = [run_once(batch, docs, threads, Path(tmp) / f"{cache}_b{batch}_r{r}",
-                                 {**CACHE_SETTINGS, "cache": cache}) for r in range(rounds)]
+                                 {**CACHE_SETTINGS, "cache": cache, "rule": rule}) for r in range(rounds)]
                 speeds = [float(r["tokens_per_s"]) for r in runs]
                 rows.append(dict(shape=SHAPE, cache=cache, batch=batch, docs=docs, answer=int(runs[0]["gen_length"]),
-                                 block=int(runs[0]["block_length"]), rule="topk 24 steps", rounds=rounds,
+                                 block=int(runs[0]["block_length"]), rule=f"{rule} 24 steps", rounds=rounds,
                                  tokens_per_s=round(max(speeds), 1),
                                  tokens_per_s_median=round(statistics.median(speeds), 1),
                                  tokens_total=int(runs[0]["tokens_total"]),

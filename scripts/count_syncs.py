@@ -45,6 +45,9 @@ for _cache in ("none", "prefix"):  # KLASS: the next block's distributions (no d
     SETTINGS[f"blocks/pc_sampler/{_cache}"] = ("llada", "blocks", {"steps": "gen"}, "pc_sampler", {}, _cache, 3)
 SETTINGS["blocks/klass_dream/none"] = ("dream", "blocks", {}, "klass", {"variant": "dream"}, "none", 3)
 SETTINGS["blocks/topk/dkv"] = ("llada", "blocks", {"steps": "gen"}, "topk", {}, "dkv", 3)
+# dKV-Cache-Greedy: a cached step reads how many commits a row has (they bound the window walk) and the width of
+# its query set (which sizes the forward)
+SETTINGS["blocks/random_order/dkv_greedy"] = ("llada", "blocks", {"steps": "gen"}, "random_order", {}, "dkv_greedy", 4)
 # Elastic-Cache: one read more per step than dual, its refresh decision (the layer each row's drift test fired at)
 SETTINGS["blocks/threshold/elastic"] = ("llada", "blocks", {}, "threshold", {"tau": 0.9}, "elastic", 4)
 SETTINGS["dream/maskgit_plus/dkv"] = ("dream", "dream", {"steps": "gen", "alg": "maskgit_plus"}, None, {}, "dkv", 3)

@@ -133,10 +133,17 @@ def generate(
                            dropout=dropout)
     state = policy.init_state(B, G, block_length, device)
     rule_state = selector.init_state(B, G, block_length, device) if selector is not None else None
+    # a rule whose commits are known before the forward (its own drawn order): the cache sees them in the host view;
+    # it draws over each row's own canvas (real prompt + answer), as the row decoded alone would (one read a decode)
+    plans = hasattr(selector, "plan")
+    canvas_lengths = (attention_mask.sum(dim=1) + G).tolist() if plans else None
     fuses = hasattr(selector, "fuse_logits")  # a rule that reads or changes the logits before the choice
     watches = hasattr(selector, "watch")  # a rule that reads the logits of more positions than the candidates (KLASS)
     frechet_trace = getattr(selector, "name", None) == "frechet"  # traces record the Fréchet gap's parts
-    generators = _row_generators(seed, B, device) if (temperature > 0 or measure == "random") else None
+    samples = temperature > 0 or measure == "random"  # the predictions draw noise per row
+    # one generator per row; a planning rule's draws come first in it, as the published loop draws its order
+    # from the stream its sampling noise comes from
+    generators = _row_generators(seed, B, device) if (samples or plans) else None
     workspace = Workspace()
     stop_ids = torch.tensor(stops, dtype=x.dtype, device=device) if stops and early_stop else None
     # the mask token is never a prediction: committing it would leave the position masked forever
@@ -171,6 +178,11 @@ def generate(
             cand = masked & (j >= lo.unsqueeze(1)) & (j < hi.unsqueeze(1)) & active.unsqueeze(1)
             block_lo, block_hi = policy.block(state)
             read = cand | selector.watch(rule_state, masked & active.unsqueeze(1), block_lo) if watches else cand
+            if plans:
+                order = selector.plan(rule_state, view.rows, view.block_lo, generators, canvas_lengths)
+                ahead = StepContext(order, cand, answer, masked, reference, state=rule_state, block=(block_lo, block_hi))
+                planned = policy.decide(state, ahead, selector)[0] & cand
+                view.planned = torch.where(planned, order, float("-inf"))
             if shadow:  # the policy computes its own forward (WINO's shadow block)
                 results = [policy.shadow_forward(model, x, rows, state, cand, runner.mask, P, mask_id,
                                                  runner.prompt_real)]
@@ -187,7 +199,7 @@ def generate(
                     return selector.fuse_logits(rule_state, logits, target // G, target % G, lo)
             for res in results:
                 _fill_predictions(res, read, conf, pred, P, G, measure, dtype, temperature, forbidden, unchosen,
-                                  generators, workspace, fuse)
+                                  generators if samples else None, workspace, fuse)
                 positions.index_add_(0, res.rows, res.positions)
                 refreshed[res.rows] = res.refresh
             if watches:  # positions read for the rule's state only are no candidates

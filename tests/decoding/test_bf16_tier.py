@@ -68,13 +68,15 @@ FIELD = {
     "local_leap": ("blocks", {}, "local_leap", {}),
     "wino": ("wino", {}, None, {}),
     "dpad": ("dpad", {}, "threshold", {"tau": 0.9}),
+    "random_order": ("blocks", {"steps": G}, "random_order", {}),
 }
 FIELD_FLAVOURS = {"wino": ("llada",)}  # WINO re-scores a token at its own position: refused on Dream's shift
 # the later caches, each once per flavour it runs on: name -> (its parameters, {flavour: the setting it runs})
 FIELD_CACHES = {"dkv": ({"refresh_every": 4}, {"llada": "topk", "dream": "dream_entropy"}),  # each its published loop
                 "sparse_dllm": ({}, {"llada": "threshold"}),  # Sparse-dLLM: LLaDA only
                 "d2cache": ({}, {"llada": "threshold", "dream": "threshold"}),
-                "elastic": ({}, {"llada": "threshold", "dream": "threshold"})}
+                "elastic": ({}, {"llada": "threshold", "dream": "threshold"}),
+                "dkv_greedy": ({}, {"llada": "random_order"})}  # dKV-Cache-Greedy: LLaDA, its drawn order
 CACHE_PARAMS = {**CACHES, **{name: params for name, (params, _) in FIELD_CACHES.items()}}
 # whole-answer policies decode with one block
 WHOLE = ("dream", "dream_threshold")

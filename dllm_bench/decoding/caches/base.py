@@ -31,6 +31,9 @@ class HostView:
     block_hi: list[int]
     limit: list[int] | None = None
     masked: list[int] | None = None  # per row: answer positions still masked (None where the caller gives none)
+    # [B, G] float on the device, where the rule knows the step's commits before its forward (rule random_order):
+    # its ranking score at each position the step will commit (the higher, the earlier in its order), -inf elsewhere
+    planned: torch.Tensor | None = None
 
 
 @dataclass

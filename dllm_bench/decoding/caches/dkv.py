@@ -99,7 +99,7 @@ class DKVSession:
             if state.masked is not None and not all(keep):
                 index = torch.tensor([i for i, k in enumerate(keep) if k], dtype=torch.long, device=ids.device)
                 state.masked = state.masked.index_select(0, index)
-                state.counts = [c for c, k in zip(state.counts, keep) if k]
+                state.counts = [c for c, k in zip(state.counts, keep) if k] if state.counts is not None else None
             covered.update(cohort.host_rows)
             survivors.append((cohort, state))
             yield self._step(cohort, state, view, ids)

@@ -8,7 +8,9 @@ count, a block runs until full) or follows a policy's fixed count, and the state
 predictions also defines ``tokens(ctx)``. Two optional hooks reach the logits: ``fuse_logits(state, logits,
 row, position, block_lo)`` sees the logits at the positions read and returns the ones the choice is made from (it
 may only record them), ``watch(state, masked, block_lo)`` names positions read beyond the candidates (never
-committed). Parameters are strict: an unknown key or a value of the wrong type is
+committed), ``plan(state, rows, block_lo, generators, canvas_lengths)`` (a rule whose commits need no logits,
+``random_order``) returns the order it commits by before the forward, so the engine can tell the cache the step's
+commits (``HostView.planned``). Parameters are strict: an unknown key or a value of the wrong type is
 refused in one line naming key, value and what is allowed; ``check()`` refuses values out of range.
 """
 
