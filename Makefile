@@ -94,7 +94,7 @@ demo: $(STAMP)  ## sweep rules x caches on the embedded tiny model; table, CSVs 
 bench: setup  ## decoding-engine benchmarks and the batch speed-up; CSVs under results/bench/
 	$(PY) scripts/bench.py
 	$(PY) scripts/bench_batch.py
-	$(PY) scripts/bench_batch.py --caches none dual dkv --batches 1 16
+	$(PY) scripts/bench_batch.py --caches none dual dkv dkv_greedy --batches 1 16
 
 RULE ?= frechet
 TASK ?= sudoku
