@@ -175,6 +175,19 @@ class Cohort:
         return True
 
 
+def ascending_positions(chosen: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A cached forward's per-row query positions: the ascending positions [b, width] where ``chosen`` [b, T] holds,
+    a row with fewer repeating its last (it computes nothing more; a row with none: T - 1), which entries are a
+    row's own ([b, width] bool), and the counts [b]."""
+    T = chosen.shape[1]
+    j = torch.arange(T, device=chosen.device)
+    counts = chosen.sum(dim=1)
+    ordered = torch.sort(torch.where(chosen, j, T + j), dim=1).values[:, :width]
+    last = ordered.gather(1, (counts - 1).clamp(min=0).unsqueeze(1))
+    own = torch.arange(width, device=chosen.device) < counts.unsqueeze(1)
+    return torch.where(own, ordered, last).clamp(max=T - 1), own, counts
+
+
 def limit_groups(rows: list[int], limits: list[int] | None, answer_length: int) -> list[tuple[list[int], int]]:
     """Rows grouped by the answer length the network sees (all of it without a canvas limit)."""
     if limits is None:

@@ -17,7 +17,16 @@ from typing import Any, ClassVar
 
 import torch
 
-from dllm_bench.decoding.caches.base import CacheBase, Canvas, Cohort, Forward, HostView, StepRows, register
+from dllm_bench.decoding.caches.base import (
+    CacheBase,
+    Canvas,
+    Cohort,
+    Forward,
+    HostView,
+    StepRows,
+    ascending_positions,
+    register,
+)
 from dllm_bench.decoding.rules.certainty_prior import certainty_density
 from dllm_bench.models.cache.rollout import RolloutKVCache
 
@@ -92,12 +101,7 @@ def query_positions(query: torch.Tensor, importance: torch.Tensor, scores: torch
     Q = int(counts.max())
     if top_up:
         query = _top_up(query, Q, importance, scores, real)
-    T = query.shape[1]
-    j = torch.arange(T, device=query.device)
-    ordered = torch.sort(torch.where(query, j, T + j), dim=1).values[:, :Q]
-    last = ordered.gather(1, (counts - 1).clamp(min=0).unsqueeze(1))
-    own = torch.arange(Q, device=query.device) < counts.unsqueeze(1)
-    return (ordered if top_up else torch.where(own, ordered, last)), counts
+    return ascending_positions(query, Q)[0], counts
 
 
 def _top_up(query: torch.Tensor, Q: int, importance: torch.Tensor, scores: torch.Tensor,

@@ -19,6 +19,7 @@ from dllm_bench.decoding.caches.base import (
     Forward,
     HostView,
     StepRows,
+    ascending_positions,
     register,
 )
 from dllm_bench.models.cache.kv import QueriesFirstKVCache
@@ -137,10 +138,5 @@ class DKVSession:
     @staticmethod
     def _at(cohort: Cohort, query: torch.Tensor, counts_host: list[int]) -> Forward:
         """A cached forward at the canvas positions where ``query`` [b, T] holds (``counts_host`` per row)."""
-        counts = query.sum(dim=1)
-        width = max(counts_host)
-        order = torch.sort((~query).to(torch.int8), dim=1, stable=True).indices[:, :width]
-        last = order.gather(1, (counts - 1).clamp(min=0).unsqueeze(1))
-        j = torch.arange(width, device=order.device).unsqueeze(0)
-        positions = torch.where(j < counts.unsqueeze(1), order, last)  # a short row repeats its last query
+        positions, _, counts = ascending_positions(query, max(counts_host))
         return Forward(cohort.rows, cohort.storage, refresh=False, count=counts, positions=positions)

@@ -47,7 +47,16 @@ from typing import Any, ClassVar
 
 import torch
 
-from dllm_bench.decoding.caches.base import CacheBase, Canvas, Cohort, Forward, HostView, StepRows, register
+from dllm_bench.decoding.caches.base import (
+    CacheBase,
+    Canvas,
+    Cohort,
+    Forward,
+    HostView,
+    StepRows,
+    ascending_positions,
+    register,
+)
 from dllm_bench.models.cache.elastic import ElasticKVCache
 
 
@@ -86,18 +95,6 @@ class ElasticCache(CacheBase):
         return ElasticSession(self, canvas)
 
 
-def _ordered(chosen: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Ascending positions [B, width] of ``chosen`` [B, T] (a row with fewer repeats its last), which of them are its
-    own, and the counts [B]."""
-    T = chosen.shape[1]
-    j = torch.arange(T, device=chosen.device)
-    counts = chosen.sum(dim=1)
-    ordered = torch.sort(torch.where(chosen, j, T + j), dim=1).values[:, :width]
-    last = ordered.gather(1, (counts - 1).clamp(min=0).unsqueeze(1))
-    own = torch.arange(width, device=chosen.device) < counts.unsqueeze(1)
-    return torch.where(own, ordered, last).clamp(max=T - 1), own, counts  # a row with none: any position, not own
-
-
 class ElasticSession:
     """One cohort for the whole decode; rows that finish leave it. Per step: one forward over each row's queries
     (tracked tokens, the positions decoded last step, the window's masks and for Dream the position before each),
@@ -133,7 +130,7 @@ class ElasticSession:
         in_window = masked & (masked.long().cumsum(dim=1) <= width)
         n_window = max(1, max(min(view.masked[r], width) for r in cohort.host_rows))
         window_pos = torch.cat([in_window.new_zeros(in_window.shape[0], P), in_window], dim=1)
-        window, window_valid, _ = _ordered(window_pos, n_window)
+        window, window_valid, _ = ascending_positions(window_pos, n_window)
         real = torch.arange(T, device=ids.device) >= (P - self.canvas.prompt_real.index_select(0, cohort.rows))[:, None]
         excluded = (canvas == self.canvas.mask_token_id) | ~real
         first = self.masked is None
@@ -149,7 +146,7 @@ class ElasticSession:
                 query[:, P - 1: T - 1] |= in_window
             new = max(self.masked_count[r] - view.masked[r] for r in cohort.host_rows)
             bound = min(T, self.tracked.shape[1] + new + n_window * (1 + self.canvas.shift))
-            positions, _, counts = _ordered(query, bound)
+            positions, _, counts = ascending_positions(query, bound)
             yield Forward(cohort.rows, storage, refresh=False, count=counts, positions=positions)
             yield from self._refreshes(storage, cohort, rows)
         self._remember(storage, masked, view)
