@@ -191,7 +191,9 @@ def timed_decode(model: DiffusionLM, ids: torch.Tensor, answer: int, block: int,
     device = ids.device
     net = TimedNetwork(model)
     name, params = cache
-    warmup = Decoding(block, block, build_policy("blocks", steps=2), selector, build_cache(name, **params))
+    # one block of the same rule and cache (a fixed-count rule in 2 steps)
+    warmup = Decoding(block, block, build_policy("blocks", **({} if selector.adaptive else {"steps": 2})), selector,
+                      build_cache(name, **params))
     generate(net, ids[:, :16], None, DecodeSpec(warmup))
     net.forwards.clear()
     sync(device)

@@ -14,8 +14,14 @@ def test_bench_paths_run_at_tiny_size(load_script):
     presets = bench.cache_presets()
     assert list(presets)[:4] == ["none", "prefix", "dual", "dllm"] and {"dkv", "sparse_dllm"} <= set(presets)
     with torch.no_grad():
-        steps = bench.bench_generate(model, 1, 16, 16, 8, 4, {k: presets[k] for k in ("none", "dual", "dkv")})
-    assert list(steps["cache"]) == ["none", "dual", "dkv"]
+        steps = bench.bench_generate(model, 1, 16, 16, 8, 4, {k: presets[k] for k in ("none", "dual", "dkv",
+                                                                                  "dkv_greedy")})
+        # the real-vocabulary rows time adaptive rules (their warm-up runs them too)
+        adaptive = bench.timed_decode(model, bench._prompt(model, 1, 16), 16, 8, bench.build_policy("blocks"),
+                                      bench.build_selector("threshold", tau=0.9), presets["dual"])
+    assert adaptive["steps"] >= 2
+    assert list(steps["cache"]) == ["none", "dual", "dkv", "dkv_greedy"]
+    assert list(steps["selector"]) == ["topk", "topk", "topk", "random_order"]  # greedy: its own drawn order
     assert (steps["steps"] == 4).all() and steps["outside_network_fraction"].between(0, 1).all()
     # FLOP model: dual's block-only steps compute less than no cache; dKV-Cache at two steps per block runs every
     # step in full (its steps 0 and 1), so exactly as much
