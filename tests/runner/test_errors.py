@@ -158,7 +158,7 @@ def test_empty_selection_refused(base, tmp_path, selection, needle, run_cli):
 
 def test_hydra_errors_are_one_line(base, run_cli):
     code, lines = run_cli(*base, "rule=bogus")
-    assert_one_line(code, lines, "rule='bogus' is not allowed: choose one of certainty_prior, credit, eb_sampler, entropy_threshold, factor, frechet, hierarchy, klass, local_leap, none, oracle, pc_sampler, threshold, topk")
+    assert_one_line(code, lines, "rule='bogus' is not allowed: choose one of certainty_prior, credit, eb_sampler, entropy_threshold, factor, frechet, hierarchy, klass, local_leap, none, oracle, pc_sampler, random_order, threshold, topk")
     assert "search path" not in lines[0]
 
 

@@ -15,8 +15,8 @@ from dllm_bench.runner.validate import ConfigError, validate_config
 POLICIES = ("blocks", "dpad", "dream", "dream_threshold", "slowfast_code", "slowfast_paper", "slowfast_dream",
             "wino")
 RULES = ("topk", "threshold", "factor", "frechet", "oracle", "eb_sampler", "entropy_threshold", "hierarchy",
-         "local_leap", "credit", "klass", "pc_sampler", "certainty_prior", "none")
-FIXED = ("topk", "pc_sampler", "certainty_prior")  # the policy's count per step (policy.steps)
+         "local_leap", "credit", "klass", "pc_sampler", "certainty_prior", "random_order", "none")
+FIXED = ("topk", "pc_sampler", "certainty_prior", "random_order")  # the policy's count per step (policy.steps)
 ADAPTIVE = tuple(r for r in RULES if r not in (*FIXED, "none"))
 SLOWFAST = ("slowfast_code", "slowfast_paper", "slowfast_dream")
 DREAM_MODEL = ("dream", "dream_threshold", "slowfast_dream")  # whole-canvas policies, run on the tiny Dream
@@ -30,6 +30,8 @@ EXPECTED = {
     ("dpad", "pc_sampler"): "rule 'pc_sampler' ranks the positions of a block of policy 'blocks'",
     ("dpad", "certainty_prior"): "rule 'certainty_prior' needs a fixed-step schedule: policy 'blocks' with steps",
     ("dpad", "credit"): "rule 'credit' keeps its credit per block of policy 'blocks'",
+    ("dpad", "random_order"): "rule 'random_order' commits a fixed count per step in a block's drawn order: it "
+                              "needs policy 'blocks' with steps",
     ("dpad", "none"): "policy 'dpad' has no commit rule of its own",
     **{("dream", r): "policy 'dream' commits its timestep schedule's count ranked by its alg, so rule must be none"
        for r in RULES if r != "none"},

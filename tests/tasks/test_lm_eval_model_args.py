@@ -36,6 +36,7 @@ def test_every_option_of_every_group_is_reachable(group):
              "dream_threshold": "policy.steps=256,gen_length=256,block_length=256",
              "slowfast_dream": "gen_length=256,block_length=256", "topk": "policy.steps=256",
              "pc_sampler": "policy.steps=256", "certainty_prior": "policy.steps=256",
+             "random_order": "policy.steps=256", "dkv_greedy": "rule=random_order,policy.steps=256",
              **{c: "rule=topk,policy.steps=256" for c in ("dkv", "dkv_refresh4", "dkv_refresh16")}}
     for option in sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml")):
         extra = needs.get(option, "")
@@ -53,8 +54,8 @@ def test_every_option_of_every_group_is_reachable(group):
     ("rule=frechet,rule.delta=high", "rule.delta='high' is not allowed: a number is required"),
     ("rule=frechet,rule.delta=1.5", "frechet delta must be in [0, 1), got 1.5"),
     ("cache=dllm,refresh_interval=4", "refresh_interval=4 is not allowed: unknown key at the top level"),
-    ("cache=nope", "cache='nope' is not allowed: choose one of d2cache, d2cache_semi_ar, dkv, dkv_refresh16, dkv_refresh4, "
-                   "dllm, dual, elastic, none, prefix, sparse_dllm"),
+    ("cache=nope", "cache='nope' is not allowed: choose one of d2cache, d2cache_semi_ar, dkv, dkv_greedy, dkv_refresh16, "
+                   "dkv_refresh4, dllm, dual, elastic, none, prefix, sparse_dllm"),
     ("limit=5", "limit=5 is not allowed: lm-eval's own options choose the documents"),
     ("model=GSAI-ML/LLaDA-8B-Instruct", "the checkpoint itself goes in pretrained="),
 ])
