@@ -52,12 +52,17 @@ def _score(task_name: str, mode: str, cases: list[dict]) -> list:
     return task.score_many([p["completion"] for p in cases], [p["doc"] for p in cases], workers=4)
 
 
+# verdicts that depend on the machine's speed, not on the sandbox: mbpp/123's canonical solution runs about 4 s on
+# the recording machine (timed out under code_eval's 3 s) and under 3 s on a faster or idler one (passes)
+SPEED_DEPENDENT = {"canonical_123": {(True, "passed")}}
+
+
 def _check_paper_mbpp(cases: list[dict]) -> None:
     for p, s in zip(cases, _score("mbpp", "paper", cases)):
         expected = p["lm_eval_0.4.8"]
         assert p["lm_eval_0.4.13"]["passed"] == expected["passed"], p["name"]  # mbpp is the same in both versions
-        assert (s.correct, s.details["code_eval_result"] or "passed") == (expected["passed"], expected["result"]), \
-            (p["name"], s.details)
+        allowed = {(expected["passed"], expected["result"]), *SPEED_DEPENDENT.get(p["name"], ())}
+        assert (s.correct, s.details["code_eval_result"] or "passed") in allowed, (p["name"], s.details)
         assert s.details["execution"] == "code_eval"
 
 
@@ -69,7 +74,8 @@ def test_paper_mbpp_is_code_eval():
 @pytest.mark.slow
 def test_paper_mbpp_is_code_eval_timed():
     """code_eval's 3 s wall clock: sleeping counts, a caught timeout passes, an ignored one is killed; mbpp/123's
-    canonical solution takes about 4 s on the 2-core machine the fixture was recorded on."""
+    canonical solution takes about 4 s on the 2-core machine the fixture was recorded on (its verdict follows the
+    machine's speed: ``SPEED_DEPENDENT``)."""
     _check_paper_mbpp(_cases("mbpp", slow=True))
 
 
