@@ -10,6 +10,10 @@ Each layer differs from the dense one in three places, as in the published model
   top-k; the top-k probabilities are used as they are (the published block never normalises them, whatever
   ``norm_topk_prob`` says), cast to the model dtype, and each expert's weighted output is added into the
   result expert by expert, in expert order (the order fixes the rounding);
+- dispatch without host reads: the (token, slot) pairs sorted by expert run through one grouped product per
+  projection (:class:`Experts`, the experts' weights stacked [E, out, in]; ``torch._grouped_mm`` with the group
+  offsets on the device), and each token's k outputs are summed in ascending expert order, the published loop's
+  order, so the bits are the published block's with no Python loop over experts and no ``.tolist()``;
 - a shared expert, when the config names a size, added after the routed ones.
 
 Caches work unchanged: :class:`MoEBlock` keeps the ``qkv`` / ``value`` / ``attend`` / ``ffn`` pieces that
@@ -18,6 +22,7 @@ Caches work unchanged: :class:`MoEBlock` keeps the ``qkv`` / ``value`` / ``atten
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -134,6 +139,94 @@ class SwiGLU(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
+class Experts(nn.Module):
+    """A MoE layer's experts, stacked: ``gate_proj``/``up_proj`` [E, hidden, d] and ``down_proj`` [E, d, hidden].
+
+    ``state_dict`` / ``load_state_dict`` speak the published per-expert names (``{e}.gate_proj.weight``); the
+    forward takes rows already grouped by expert with the groups' end offsets on the device (no host read).
+    """
+
+    def __init__(self, num_experts: int, d: int, hidden: int) -> None:
+        super().__init__()
+        self.num_experts = num_experts
+        self.gate_proj = nn.Parameter(torch.empty(num_experts, hidden, d))
+        self.up_proj = nn.Parameter(torch.empty(num_experts, hidden, d))
+        self.down_proj = nn.Parameter(torch.empty(num_experts, d, hidden))
+        for w in (self.gate_proj, self.up_proj, self.down_proj):  # nn.Linear's initialisation, expert by expert
+            for e in range(num_experts):
+                nn.init.kaiming_uniform_(w.data[e], a=5**0.5)
+        self._register_state_dict_hook(_split_experts)
+        self._register_load_state_dict_pre_hook(_stack_experts, with_module=True)
+
+    def forward(self, x: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
+        """down(silu(gate(x)) * up(x)) for rows ``x`` [M, d] grouped by expert; ``ends`` [E] group end offsets."""
+        h = F.silu(grouped_linear(x, self.gate_proj, ends)) * grouped_linear(x, self.up_proj, ends)
+        return grouped_linear(h, self.down_proj, ends)
+
+    def expert(self, e: int, x: torch.Tensor) -> torch.Tensor:
+        """Expert ``e`` alone on rows x [N, d] (a reference for tests)."""
+        return F.linear(F.silu(F.linear(x, self.gate_proj[e])) * F.linear(x, self.up_proj[e]), self.down_proj[e])
+
+
+_EXPERT_PROJECTIONS = ("gate_proj", "up_proj", "down_proj")
+
+
+def _split_experts(module: Experts, state_dict: dict, prefix: str, local_metadata: Any) -> dict:
+    stacked = {name: state_dict.pop(prefix + name) for name in _EXPERT_PROJECTIONS}
+    for e in range(module.num_experts):  # expert by expert, the published file's order
+        for name in _EXPERT_PROJECTIONS:
+            state_dict[f"{prefix}{e}.{name}.weight"] = stacked[name][e]
+    return state_dict
+
+
+def published_parameters(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """``named_parameters()`` as the published module tree has them: each stacked expert weight as its experts'
+    views (``experts.{e}.gate_proj.weight``), expert by expert."""
+    stacked: list[tuple[str, str, torch.Tensor]] = []
+    for name, p in model.named_parameters():
+        prefix, _, leaf = name.rpartition(".")
+        if not (leaf in _EXPERT_PROJECTIONS and prefix.rpartition(".")[2] == "experts"):
+            yield name, p
+            continue
+        stacked.append((prefix, leaf, p))
+        if len(stacked) == len(_EXPERT_PROJECTIONS):
+            for e in range(p.shape[0]):
+                for prefix, leaf, w in stacked:
+                    yield f"{prefix}.{e}.{leaf}.weight", w[e]
+            stacked = []
+
+
+def _stack_experts(module: Experts, state_dict: dict, prefix: str, *args: Any) -> None:
+    for name in _EXPERT_PROJECTIONS:
+        keys = [f"{prefix}{e}.{name}.weight" for e in range(module.num_experts)]
+        if all(k in state_dict for k in keys):  # else the loader reports the missing names
+            state_dict[prefix + name] = torch.stack([state_dict.pop(k) for k in keys])
+
+
+def grouped_linear(x: torch.Tensor, weight: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
+    """Rows of ``x`` [M, in] grouped by expert (group e ends at ``ends[e]``) times their expert's ``weight`` [E, out,
+    in] transposed: [M, out], each group's rows as ``F.linear`` gives them. One grouped product where torch has it
+    for these shapes (16-byte-aligned strides), else every expert over every row and each row's own picked (E times
+    the work, still without a host read)."""
+    if _grouped_mm_fits(x, weight):
+        return torch._grouped_mm(x, weight.transpose(1, 2), offs=ends.to(torch.int32))
+    expert_of_row = torch.searchsorted(ends, torch.arange(x.shape[0], device=x.device), right=True)
+    every = torch.einsum("mi,eoi->emo", x, weight)
+    return every[expert_of_row.clamp(max=weight.shape[0] - 1), torch.arange(x.shape[0], device=x.device)]
+
+
+def _grouped_mm_fits(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    if not hasattr(torch, "_grouped_mm") or x.dtype != weight.dtype or x.shape[0] == 0:
+        return False
+    if x.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        return False
+    if x.device.type == "cuda" and not (x.dtype == torch.bfloat16 and torch.cuda.get_device_capability(x.device)[0] >= 9):
+        return False
+    size = x.element_size()
+    return all(n * size % 16 == 0 for n in (weight.shape[1], weight.shape[2]))
+
+
+
 class MoEBlock(Block):
     """One LLaDA-MoE layer: :class:`Block`'s pieces with qk-norm, clipping and an expert MLP (attention and RoPE
     are :class:`Block`'s: the rotation's dtype is the config's ``rope_full_precision``, False as published)."""
@@ -155,7 +248,7 @@ class MoEBlock(Block):
         self.top_k = cfg.num_experts_per_tok
         if self.is_moe:
             self.gate = Linear(d, cfg.num_experts, bias=False)  # the router
-            self.experts = nn.ModuleList(SwiGLU(d, cfg.expert_intermediate_size) for _ in range(cfg.num_experts))
+            self.experts = Experts(cfg.num_experts, d, cfg.expert_intermediate_size)
             self.register_buffer("expert_bias", torch.zeros(cfg.num_experts) if cfg.expert_bias else None)
             shared = cfg.shared_expert_intermediate_size
             self.shared_expert = SwiGLU(d, shared) if shared is not None else None
@@ -193,26 +286,27 @@ class MoEBlock(Block):
         return out if self.shared_expert is None else out + self.shared_expert(x)
 
     def routed(self, x: torch.Tensor) -> torch.Tensor:
-        """Top-k mixture [N, d] of the experts for normed tokens x [N, d]."""
-        n_tok, n_exp = x.shape[0], len(self.experts)
+        """Top-k mixture [N, d] of the experts for normed tokens x [N, d], without a host read."""
+        n_tok, n_exp, k = x.shape[0], self.experts.num_experts, self.top_k
         probs = F.softmax(self.gate(x), dim=1, dtype=torch.float)
         if self.expert_bias is not None:
             probs = probs + self.expert_bias  # the published block adds it to the weights as well as the choice
-        weights, chosen = torch.topk(probs, self.top_k, dim=-1)
+        weights, chosen = torch.topk(probs, k, dim=-1)
         weights = weights.to(x.dtype)
         # (slot, token) pairs grouped by expert; within an expert slot-major then by token, as the published loop
         slots = chosen.t().reshape(-1)
         order = torch.argsort(slots, stable=True)
-        tokens = torch.arange(n_tok, device=x.device).repeat(self.top_k)[order]
-        pair_weights = weights.t().reshape(-1)[order]
-        counts = torch.bincount(slots, minlength=n_exp).tolist()  # one host read per layer: the group sizes
-        out = torch.zeros_like(x)
-        lo = 0
-        for expert, count in zip(self.experts, counts):
-            if count:
-                rows = tokens[lo : lo + count]
-                out.index_add_(0, rows, expert(x[rows]) * pair_weights[lo : lo + count, None])
-            lo += count
+        tokens = torch.arange(n_tok, device=x.device).repeat(k).index_select(0, order)
+        # group sizes by a scatter (bincount sizes its output from the data: a host read on an accelerator)
+        ends = torch.zeros(n_exp, dtype=torch.long, device=x.device).scatter_add_(0, slots, torch.ones_like(slots)).cumsum(0)
+        pair_out = self.experts(x.index_select(0, tokens), ends) * weights.t().reshape(-1).index_select(0, order)[:, None]
+        # back to [slot, token], then each token's outputs in ascending expert order: the published loop adds
+        # them expert by expert into zeros, and that order fixes the rounding
+        by_slot = torch.empty_like(pair_out).index_copy_(0, order, pair_out).view(k, n_tok, -1)
+        ranked = by_slot[chosen.argsort(dim=1).t(), torch.arange(n_tok, device=x.device)]  # [k, N, d]
+        out = ranked[0]
+        for j in range(1, k):
+            out = out + ranked[j]
         return out
 
 

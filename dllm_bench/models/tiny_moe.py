@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from .moe import MoEConfig, MoEDiffusionLM
+from .moe import MoEConfig, MoEDiffusionLM, published_parameters
 from .tiny_format import DEFAULT_CHARS, build_char_tokenizer, save_checkpoint
 
 # keys of the published config class with the values that do not depend on the size
@@ -80,7 +80,7 @@ def make_random_moe_checkpoint(
     model = MoEDiffusionLM(MoEConfig.from_hf_config(cfg))
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for name, p in model.named_parameters():
+        for name, p in published_parameters(model):
             if name.endswith("norm.weight"):
                 p.copy_(1.0 + 0.1 * standard_normal(p.shape, gen))
             else:

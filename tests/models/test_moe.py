@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 from safetensors import safe_open
 from safetensors.torch import load_file
 
@@ -112,7 +113,7 @@ def test_routing_equals_a_dense_reference():
         probs = torch.softmax(block.gate(x).float(), -1) + block.expert_bias  # the router runs in float32
         top = torch.topk(probs, cfg.num_experts_per_tok, -1)
         dense_w = torch.zeros_like(x[:, :1].expand(-1, cfg.num_experts)).scatter(1, top.indices, top.values.double())
-        every = torch.stack([e(x) for e in block.experts], 1)  # [N, E, d]
+        every = torch.stack([block.experts.expert(e, x) for e in range(cfg.num_experts)], 1)  # [N, E, d]
         want = (dense_w[..., None] * every).sum(1)
         torch.testing.assert_close(block.routed(x), want, rtol=1e-12, atol=1e-12)
 
@@ -195,3 +196,38 @@ def test_dllm_cache_on_an_unchanged_canvas_equals_the_full_forward(moe_dir):
             fc.plan(*plan)
             torch.testing.assert_close(model(ids, cache=fc), full, rtol=1e-5, atol=1e-5, msg=str(plan))
     assert fc.recomputed_tokens == int(14 * 0.5) * (len(model.layers) - 1)  # layer 0 is always refreshed
+
+
+# ---------------------------------------------------------------- dispatch without host reads
+
+
+def test_a_moe_forward_reads_nothing_on_the_host(moe_dir):
+    """The routed experts dispatch with the group offsets on the device: no host read in a whole forward."""
+    from dllm_bench.decoding.syncs import SyncCounter
+    from dllm_bench.models.host import accelerator_path
+
+    model = load_model(moe_dir, device="cpu")
+    ids = torch.randint(0, 90, (2, 24), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad(), accelerator_path(), SyncCounter() as counted:
+        model(ids)
+    assert counted.total == 0, counted.by_op
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("d,hidden", [(32, 16), (12, 20), (6, 10)])  # grouped product, then shapes it cannot take
+def test_grouped_linear_equals_each_experts_own_product(dtype, d, hidden):
+    """Rows grouped by expert (some groups empty) times their expert's weight: F.linear's values group by group,
+    bit for bit where the grouped product runs, to rounding where every expert runs on every row."""
+    from dllm_bench.models.moe import _grouped_mm_fits, grouped_linear
+
+    gen = torch.Generator().manual_seed(d * hidden)
+    counts = torch.tensor([3, 0, 7, 1, 0, 5])
+    x = torch.randn(int(counts.sum()), d, generator=gen).to(dtype)
+    w = torch.randn(len(counts), hidden, d, generator=gen).to(dtype)
+    got = grouped_linear(x, w, counts.cumsum(0))
+    starts = (counts.cumsum(0) - counts).tolist()
+    want = torch.cat([F.linear(x[s : s + c], w[e]) for e, (s, c) in enumerate(zip(starts, counts.tolist()))])
+    if _grouped_mm_fits(x, w):
+        assert torch.equal(got, want)
+    else:
+        torch.testing.assert_close(got, want, rtol=2e-2 if dtype == torch.bfloat16 else 1e-5, atol=1e-2)
