@@ -3,7 +3,7 @@
     python scripts/reproduce_table.py --all                 # every table; tiny cells run on CPU
     python scripts/reproduce_table.py --table fast_dllm_pp_t1 --dry-run   # print the commands only
     python scripts/reproduce_table.py --all --no-run        # build from the runs already on disk
-    python scripts/reproduce_table.py --cells               # what every cell runs (docs/reports.md)
+    python scripts/reproduce_table.py --cells --write       # what every cell runs: docs/cells.md
     python scripts/reproduce_table.py --table fast_dllm_pp_t1 --batched 32 --timing-docs 100   # batched mode
     python scripts/reproduce_table.py --all --estimate      # GPU hours at batch 1 and in the batched mode
 """
@@ -73,7 +73,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--estimate", action="store_true",
                         help="print expected GPU hours per table at batch 1 and in the batched mode, and exit")
     parser.add_argument("--cells", action="store_true",
-                        help="print what every paper-table cell runs (the listing in docs/reports.md) and exit")
+                        help="print what every paper-table cell runs (docs/cells.md) and exit")
+    parser.add_argument("--write", action="store_true", help="with --cells: write docs/cells.md instead of printing")
     args = parser.parse_args(argv)
     if args.table:
         try:
@@ -324,9 +325,12 @@ def print_estimates(specs: list[TableSpec], limit: int | None = None, batch: int
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.cells:
-        from dllm_bench.report.cells import all_listings
+        from dllm_bench.report.cells import cells_document
 
-        print(all_listings())
+        if args.write:
+            (REPO / "docs" / "cells.md").write_text(cells_document(), encoding="utf-8")
+        else:
+            print(cells_document(), end="")
         return 0
     specs = list(TABLES.values()) if args.all else [get_table(args.table)]
     if args.estimate:
