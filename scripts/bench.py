@@ -8,6 +8,10 @@ The FLOP model: each decode is run a second time, untimed, under :func:`dllm_ben
 counts every product it computes (query rows x key length per layer, projection and MLP rows, LM head rows, a
 cache's own products); ``flop_ratio_vs_none`` is its FLOPs per step over the no-cache decode's and
 ``step_time_over_flop_ratio`` its step time against no cache over that ratio (1 = time follows FLOPs).
+The machine's limit, measured in the same run: ``matmul_peak`` times dense products at the network's own widths
+(and one large square product) and keeps the best rate; every step row gives its achieved FLOP/s
+(``achieved_gflops``: counted FLOPs per step over the step time) and ``fraction_of_peak`` against it. cpu-mid runs
+at batch 1 for every cache preset and at batch 16 for ``--batch-caches`` (none, prefix, dual).
 ``--device cuda --shape llada-8b``: the real LLaDA-8B shapes with random bf16 weights, per-forward latency per
 cache mode at answer lengths 256/512/1024, batch 1 and 8.
 """
@@ -156,6 +160,39 @@ CPU_CACHES = cache_presets()
 FIXED_COUNT_RULES = ("topk", "random_order")  # the same steps per block: the caches' step times compare
 # the real-vocabulary shape runs the adaptive rules of the paper tables
 VOCAB_RULES = {"threshold": ("threshold", {"tau": 0.9}), "frechet": ("frechet", {"delta": 0.25})}
+
+
+def matmul_peak(device: torch.device, dtype: torch.dtype, widths: tuple[int, ...], seconds: float = 1.0) -> dict:
+    """The best dense-product rate this machine reaches now, in GFLOP/s: [rows, k] @ [k, n] at every pair of the
+    network's ``widths`` (rows 2048) and one 2048-cube, each repeated for about ``seconds``; best per-call rate."""
+    shapes = sorted({(2048, k, n) for k in widths for n in widths} | {(2048, 2048, 2048)})
+    best, best_shape = 0.0, None
+    for m, k, n in shapes:
+        a = torch.randn(m, k, device=device, dtype=dtype)
+        b = torch.randn(k, n, device=device, dtype=dtype)
+        a @ b
+        sync(device)
+        start = time.perf_counter()
+        while True:
+            t = time.perf_counter()
+            a @ b
+            sync(device)
+            now = time.perf_counter()
+            rate = 2 * m * k * n / (now - t) / 1e9
+            if rate > best:
+                best, best_shape = rate, (m, k, n)
+            if now - start > seconds / len(shapes) * 4:
+                break
+    return {"peak_gflops": round(best, 2), "peak_shape": "x".join(map(str, best_shape))}
+
+
+def with_peak(frame: pd.DataFrame, peak: dict) -> pd.DataFrame:
+    """Each row's achieved FLOP/s (counted FLOPs per step over the step time) and its fraction of the peak."""
+    frame["achieved_gflops"] = (frame["gflops_per_step"] / (frame["step_time_ms"] / 1e3)).round(2)
+    frame["fraction_of_peak"] = (frame["achieved_gflops"] / peak["peak_gflops"]).round(4)
+    for k, v in peak.items():
+        frame[k] = v
+    return frame
 
 
 def step_row(net: TimedNetwork, wall: float, nfe: int, canvas: int, counted: TimedNetwork, flops: int) -> dict:
@@ -346,6 +383,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--prompt", type=int, default=None)
     ap.add_argument("--answer", type=int, default=128)
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 16], help="cpu-mid batch sizes")
+    ap.add_argument("--batch-caches", nargs="+", default=["none", "prefix", "dual"],
+                    help="cache presets timed at the batches above 1 (every preset runs at batch 1)")
     ap.add_argument("--block", type=int, default=32)
     ap.add_argument("--vocab-prompt", type=int, default=128, help="real-vocabulary shape: prompt length")
     ap.add_argument("--vocab-answer", type=int, default=256, help="real-vocabulary shape: answer length")
@@ -381,15 +421,22 @@ def main() -> None:
     if device.type == "cpu":
         prompt = args.prompt or 256
         steps = (args.answer // args.block) * 4
+        widths = (model.config.d_model, model.config.mlp_hidden_size)
         with torch.no_grad():
-            gen = bench_generate(model, 1, prompt, args.answer, args.block, steps)
-        write(gen, f"cache_steps_{tag}.csv", shape, meta, out)
+            peak = matmul_peak(device, dtype, widths)
+            print(f"bench: matrix-product peak {peak['peak_gflops']} GFLOP/s ({peak['peak_shape']})")
+            frames = []
+            for batch in args.batches:
+                caches = None if batch == 1 else {m: CPU_CACHES[m] for m in args.batch_caches}
+                frames.append(bench_generate(model, batch, prompt, args.answer, args.block, steps, caches))
+        write(with_peak(pd.concat(frames, ignore_index=True), peak), f"cache_steps_{tag}.csv", shape, meta, out)
         if not args.skip_vocab:
             del model
             vocab = build_model("cpu-vocab", device, dtype)
             with torch.no_grad():
+                peak = matmul_peak(device, dtype, (vocab.config.d_model, vocab.config.mlp_hidden_size))
                 steps = bench_vocab(vocab, args.vocab_prompt, args.vocab_answer, args.block, ("none", "prefix", "dual"))
-            write(steps, f"cache_steps_{device.type}_cpu-vocab.csv", "cpu-vocab", meta, out)
+            write(with_peak(steps, peak), f"cache_steps_{device.type}_cpu-vocab.csv", "cpu-vocab", meta, out)
     else:
         prompt = args.prompt or 512
         lat = bench_forward_latency(model, prompt, [256, 512, 1024], [1, 8], args.block, repeats=5,

@@ -30,6 +30,16 @@ def test_bench_paths_run_at_tiny_size(load_script):
     assert (steps["step_time_over_flop_ratio"] > 0).all()
 
 
+def test_the_peak_and_each_steps_share_of_it(load_script):
+    """The peak is a measured dense-product rate; a step's achieved rate is its counted FLOPs over its time."""
+    bench = load_script("bench")
+    peak = bench.matmul_peak(torch.device("cpu"), torch.float32, (64, 256), seconds=0.2)
+    assert peak["peak_gflops"] > 0 and peak["peak_shape"].count("x") == 2
+    frame = bench.with_peak(bench.pd.DataFrame({"gflops_per_step": [2.0, 1.0], "step_time_ms": [1000.0, 250.0]}),
+                            {"peak_gflops": 8.0, "peak_shape": "1x1x1"})
+    assert list(frame["achieved_gflops"]) == [2.0, 4.0] and list(frame["fraction_of_peak"]) == [0.25, 0.5]
+
+
 def test_bench_leaves_out_a_preset_its_loop_cannot_run(load_script):
     bench = load_script("bench")
     policy, selector = bench.build_policy("blocks"), bench.build_selector("threshold", tau=0.9)
