@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: help setup sandbox-deps test test-fast test-cpu-capabilities lint demo bench reproduce-table frontier clean-venv
+.PHONY: help setup sandbox-deps test test-fast test-cpu-capabilities lint demo bench reproduce-table frontier clean-venv wheel-check
 
 help:  ## list targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-18s %s\n", $$1, $$2}'
@@ -107,3 +107,14 @@ frontier: $(STAMP)  ## searched accuracy-NFE front of RULE on TASK (MODEL): runs
 
 reproduce-table: setup  ## build paper tables (TABLE=<name> for one); runs missing runs the machine can run
 	$(PY) scripts/reproduce_table.py $(if $(TABLE),--table $(TABLE),--all)
+
+WHEEL_DIR ?= dist
+wheel-check: $(STAMP)  ## build the wheel from the committed tree (into WHEEL_DIR), install it in a fresh venv, run dllm-bench and lm-eval's registry from outside the checkout
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	git archive --format=tar HEAD | tar -x -C "$$tmp" && mkdir -p $(WHEEL_DIR) && \
+	$(PY) -m pip wheel -q --no-deps --no-build-isolation -w "$(abspath $(WHEEL_DIR))" "$$tmp" && \
+	wheel=$$(ls -t $(WHEEL_DIR)/dllm_bench-*.whl | head -1) && echo "built $$wheel" && \
+	$(PYTHON) -m venv "$$tmp/venv" && "$$tmp/venv/bin/pip" install -q $(TORCH_SPEC) && \
+	"$$tmp/venv/bin/pip" install -q "$$wheel" && cd "$$tmp" && rm -rf "$$tmp/dllm_bench" "$$tmp/conf" && \
+	"$$tmp/venv/bin/dllm-bench" limit=2 batch_size=2 output_dir="$$tmp/out" && \
+	"$$tmp/venv/bin/python" -c "from lm_eval.api.registry import get_model; print('lm-eval finds', get_model('dllm_bench'))"

@@ -12,7 +12,8 @@ from omegaconf import DictConfig, OmegaConf
 from dllm_bench.runner.paths import check_output_location
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
-CONF_DIR = PACKAGE_DIR.parent / "conf"
+# a built package carries conf/ inside it (setup.py); a checkout (editable install) has it beside the package
+CONF_DIR = PACKAGE_DIR / "conf" if (PACKAGE_DIR / "conf").is_dir() else PACKAGE_DIR.parent / "conf"
 
 # Keys that choose which documents run or how a run reports itself, never what a document's output is.
 # `timing_docs` only adds a batch-1 timing pass beside the run's own rows, so it shares their folder.

@@ -17,6 +17,7 @@ from dllm_bench.runner.components import build_spec
 from dllm_bench.runner.interface import Engine, Generation
 from dllm_bench.runner.sharding import DistContext
 from dllm_bench.runner.validate import build_task
+from dllm_bench.tasks.chat import encode_left_padded
 
 # One process often runs many configs on the same weights (in-process multirun, make demo).
 _MODELS: dict[tuple[str, str | None, str, bool | None], Any] = {}
@@ -105,15 +106,8 @@ class DecodingEngine(Engine):
         return ids, mask, {}
 
     def encode(self, prompts: list[str], chat: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """Left-padded ids and attention mask [B, P]; chat-templated text already holds its special tokens."""
-        rows = [self.tokenizer.encode(p, add_special_tokens=not chat) for p in prompts]
-        width = max(len(r) for r in rows)
-        ids = torch.full((len(rows), width), int(self.config.pad_token_id), dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, r in enumerate(rows):
-            if r:
-                ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
-                mask[i, width - len(r):] = 1
+        """Left-padded ids and attention mask [B, P] on the model's device (``tasks.chat.encode_left_padded``)."""
+        ids, mask = encode_left_padded(self.tokenizer, prompts, chat, self.config.pad_token_id)
         return ids.to(self.device), mask.to(self.device)
 
     def prepare(self, prompts: list[str], docs: list[dict], seeds: list[int]) -> dict[str, Any]:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
+
+import torch
 
 
 def chat_wrap(text: str, tokenizer: Any) -> str:
@@ -22,3 +25,17 @@ def render_prompt(task: Any, doc: dict, tokenizer: Any, chat: bool) -> str:
     """The exact text to tokenize for `doc`: the task prompt, chat-templated when `chat` is true."""
     text = task.prompt(doc, chat=chat)
     return chat_wrap(text, tokenizer) if chat else text
+
+
+def encode_left_padded(tokenizer: Any, texts: Sequence[str], chat: bool, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded ids and attention mask [B, P] (CPU) of model input texts; chat-templated text already holds its
+    special tokens, so only plain text gets the tokenizer's own."""
+    rows = [tokenizer.encode(t, add_special_tokens=not chat) for t in texts]
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), int(pad_id), dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        if r:
+            ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
+            mask[i, width - len(r):] = 1
+    return ids, mask
