@@ -1,13 +1,18 @@
 """GPU check of the decoding engine at the real LLaDA-8B and Dream-7B shapes and an assumed LLaDA-MoE-7B-A1B shape
 (random weights, nothing downloaded), and of the shipped tiny checkpoints' tokens against the CPU's.
 
-Per shape (LLaDA first), each step skipped once ``--budget-s`` is spent and the summary rewritten after each shape:
+Phases in order — LLaDA-8B, Dream-7B, the LLaDA-MoE shape, then the tiny checkpoints — each with its own share of
+``--budget-s`` counted from its own start (what a phase leaves passes on, so a slow phase never starves the 8B
+ones); a step that would start after its phase's deadline is skipped, and one running past it stops at its next
+forward (the network raises ``DeadlineReached``), both recorded in the summary, which is rewritten after each phase.
+Per shape:
 per-forward latency of none/prefix/dual/dllm with the decoder's attention mask (a padded batch's) and without it
 (what an unpadded batch sends), with the peak memory of each; the SDPA backend per attention shape (full canvas,
 a prefix step's answer queries, a dual step's T = block queries; with and without a mask): which backends accept
 the call (``sdpa_kernel`` with each alone) and which one the default dispatch runs (the profiler's op name);
-``generate`` tokens/s at batch 1/8/32 (threshold 0.9, dual cache) and one batch-32 decode at prompt 1024 / gen 256
-with its peak memory; batched == alone token agreement on left-padded prompts (a rate: bf16 kernels may differ by
+``generate`` tokens/s at batch 1/8/32 (threshold 0.9, dual cache), each unpadded (every prompt of one length) and
+padded as the runner pads a batch (left-padded prompts of different lengths, so the attention mask reaches SDPA),
+and one batch-32 decode at prompt 1024 / gen 256, each with its peak allocated and peak reserved memory; batched == alone token agreement on left-padded prompts (a rate: bf16 kernels may differ by
 batch size). Then the tiny checkpoints (read without the safetensors package, decoded from token ids: no
 tokenizer) in float32 and bfloat16 against the tokens recorded on the CPU (tests/fixtures/gpu_check_tiny_tokens.json).
 
@@ -74,8 +79,8 @@ TINY_FIXTURE = ROOT / "tests" / "fixtures" / "gpu_check_tiny_tokens.json"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 FORWARD_COLUMNS = ["shape", "cache", "mask", "batch", "prompt", "answer", "block", "forward_ms", "peak_gib"]
 SDPA_COLUMNS = ["shape", "call", "mask", "batch", "queries", "keys", "default", "backend", "accepted", "ms"]
-GENERATE_COLUMNS = ["shape", "batch", "prompt", "answer", "block", "wall_s", "nfe", "tokens_per_s", "ms_per_step",
-                    "peak_gib"]
+GENERATE_COLUMNS = ["shape", "batch", "padded", "prompt", "answer", "block", "wall_s", "nfe", "tokens_per_s",
+                    "ms_per_step", "peak_gib", "peak_reserved_gib"]
 BACKEND_OPS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION",
                "math": "MATH"}
 # (name, flavour, policy, policy params, rule, rule params, cache, block) of the tiny checkpoints' decodes
@@ -96,7 +101,33 @@ def reset_peak(device: torch.device) -> None:
 
 
 def peak_gib(device: torch.device) -> float | None:
+    """Peak memory allocated by tensors since the last reset (GiB; None off CUDA)."""
     return round(torch.cuda.max_memory_allocated(device) / 2**30, 2) if device.type == "cuda" else None
+
+
+def peak_reserved_gib(device: torch.device) -> float | None:
+    """Peak memory the caching allocator held since the last reset: what the process needs of the card (GiB)."""
+    return round(torch.cuda.max_memory_reserved(device) / 2**30, 2) if device.type == "cuda" else None
+
+
+class DeadlineReached(RuntimeError):
+    """A phase's deadline passed during a measurement (raised at its next forward)."""
+
+
+class DeadlineNetwork:
+    """The network, refusing any forward after ``deadline`` (``time.perf_counter()``): a decode or a latency loop
+    that runs past its phase's end stops between two steps instead of running on."""
+
+    def __init__(self, model: DiffusionLM, deadline: float) -> None:
+        self.model, self.deadline = model, deadline
+
+    def __call__(self, *args, **kwargs):
+        if time.perf_counter() > self.deadline:
+            raise DeadlineReached(f"deadline passed ({time.perf_counter() - self.deadline:.1f} s ago)")
+        return self.model(*args, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self.model, name)
 
 
 def shape_config(shape: str) -> dict:
@@ -232,11 +263,13 @@ def decode(model: DiffusionLM, ids: torch.Tensor, mask: torch.Tensor, gen: int, 
     return generate(model, ids, mask, spec)
 
 
-def generate_speed(model: DiffusionLM, batch: int, prompt: int, gen: int, block: int) -> dict:
-    """Tokens/s and peak memory of ``generate`` (threshold 0.9, dual cache, no padding) at one batch size, after a
-    short warm-up decode."""
+def generate_speed(model: DiffusionLM, batch: int, prompt: int, gen: int, block: int, padded: bool = False) -> dict:
+    """Tokens/s and peak memory of ``generate`` (threshold 0.9, dual cache) at one batch size, after a short warm-up
+    decode. ``padded``: prompts of different lengths (``prompt``, ``prompt`` - 7, ...) left-padded as the runner
+    pads a batch, so the attention mask reaches SDPA; else every prompt has ``prompt`` ids and no mask is sent."""
     device = model.device
-    ids, mask = padded_prompts(model, [prompt] * batch, seed=batch)
+    lengths = [max(prompt - 7 * i, 1) for i in range(batch)] if padded else [prompt] * batch
+    ids, mask = padded_prompts(model, lengths, seed=batch)
     with torch.no_grad():
         decode(model, ids[:, : max(prompt // 2, 1)], mask[:, : max(prompt // 2, 1)], block, block)
         sync(device)
@@ -246,9 +279,9 @@ def generate_speed(model: DiffusionLM, batch: int, prompt: int, gen: int, block:
         sync(device)
     wall = time.perf_counter() - t
     nfe = max(r.nfe for r in out.records)
-    return dict(batch=batch, prompt=prompt, answer=gen, block=block, wall_s=round(wall, 3), nfe=nfe,
+    return dict(batch=batch, padded=padded, prompt=prompt, answer=gen, block=block, wall_s=round(wall, 3), nfe=nfe,
                 tokens_per_s=round(batch * gen / wall, 1), ms_per_step=round(wall / nfe * 1e3, 2),
-                peak_gib=peak_gib(device))
+                peak_gib=peak_gib(device), peak_reserved_gib=peak_reserved_gib(device))
 
 
 def batch_agreement(model: DiffusionLM, lengths: list[int], gen: int, block: int) -> float:
@@ -269,53 +302,69 @@ def write_csv(rows: list[dict], columns: list[str], path: Path) -> None:
 
 
 def check_shape(shape: str, args, device: torch.device, dtype: torch.dtype, deadline: float, out: Path) -> dict:
-    """Every measurement for one shape; skips what would start after the deadline (recorded as skipped)."""
+    """Every measurement for one shape until ``deadline``: a step that would start after it is skipped, one that
+    runs past it stops at its next forward; both are listed in the summary (``skipped``, ``stopped``)."""
     t0 = time.perf_counter()
-    model = build_model(shape, device, dtype, args.layers, args.width)
+    network = build_model(shape, device, dtype, args.layers, args.width)
+    model = DeadlineNetwork(network, deadline)
     reset_peak(device)
-    summary = {"shape": shape, "network": type(model).__name__, "parameters": model.num_parameters(),
-               "layers": model.config.n_layers,
-               "width": model.config.d_model, "dtype": str(dtype).replace("torch.", ""),
-               "build_s": round(time.perf_counter() - t0, 1), "skipped": []}
+    summary = {"shape": shape, "network": type(network).__name__, "parameters": network.num_parameters(),
+               "layers": network.config.n_layers,
+               "width": network.config.d_model, "dtype": str(dtype).replace("torch.", ""),
+               "build_s": round(time.perf_counter() - t0, 1), "skipped": [], "stopped": []}
 
-    def due(what: str) -> bool:
+    def run(what: str, measure, *args, **kwargs):
+        """``measure(*args, **kwargs)``, or None when the deadline has passed before it or passes during it."""
         if time.perf_counter() > deadline:
             summary["skipped"].append(what)
-            return False
-        return True
+            return None
+        try:
+            return measure(*args, **kwargs)
+        except DeadlineReached:
+            summary["stopped"].append(what)
+            return None
 
     rows = []
     for answer in args.answers:
         for batch in args.forward_batches:
             for mode in ("none", "prefix", "dual", "dllm"):
                 for masked in (False, True):
-                    if not due(f"forward {mode} mask={masked} answer {answer} batch {batch}"):
-                        continue
                     reset_peak(device)
-                    sec = forward_latency(model, mode, masked, batch, args.prompt, answer, args.block, args.repeats)
-                    rows.append(dict(shape=shape, cache=mode, mask=masked, batch=batch, prompt=args.prompt,
-                                     answer=answer, block=args.block, forward_ms=round(sec * 1e3, 3),
-                                     peak_gib=peak_gib(device)))
+                    sec = run(f"forward {mode} mask={masked} answer {answer} batch {batch}",
+                              forward_latency, model, mode, masked, batch, args.prompt, answer, args.block,
+                              args.repeats)
+                    if sec is not None:
+                        rows.append(dict(shape=shape, cache=mode, mask=masked, batch=batch, prompt=args.prompt,
+                                         answer=answer, block=args.block, forward_ms=round(sec * 1e3, 3),
+                                         peak_gib=peak_gib(device)))
     write_csv(rows, FORWARD_COLUMNS, out / f"gpu_forward_{shape}.csv")
     sdpa = []
     for batch in args.forward_batches:
-        if due(f"sdpa dispatch batch {batch}"):
-            sdpa += sdpa_dispatch(model, shape, batch, args.prompt, args.answers[-1], args.block)
+        sdpa += run(f"sdpa dispatch batch {batch}",
+                    sdpa_dispatch, model, shape, batch, args.prompt, args.answers[-1], args.block) or []
     write_csv(sdpa, SDPA_COLUMNS, out / f"gpu_sdpa_{shape}.csv")
     gen_rows = []
     for batch in args.generate_batches:
-        if due(f"generate batch {batch}"):
-            gen_rows.append(dict(shape=shape, **generate_speed(model, batch, args.prompt, args.gen, args.block)))
+        for padded in (False, True):
+            row = run(f"generate batch {batch} padded={padded}",
+                      generate_speed, model, batch, args.prompt, args.gen, args.block, padded)
+            if row is not None:
+                gen_rows.append(dict(shape=shape, **row))
     write_csv(gen_rows, GENERATE_COLUMNS, out / f"gpu_generate_{shape}.csv")
-    if due(f"decode batch {args.big_batch} prompt {args.big_prompt} gen {args.big_gen}"):
-        summary["big_decode"] = generate_speed(model, args.big_batch, args.big_prompt, args.big_gen, args.block)
-    if due("batched vs alone agreement"):
-        lengths = [args.prompt - 7 * i for i in range(args.agreement_rows)]
-        summary["batched_vs_alone_token_agreement"] = round(batch_agreement(model, lengths, args.gen, args.block), 4)
+    big = run(f"decode batch {args.big_batch} prompt {args.big_prompt} gen {args.big_gen}",
+              generate_speed, model, args.big_batch, args.big_prompt, args.big_gen, args.block,
+              padded=True)
+    if big is not None:
+        summary["big_decode"] = big
+    lengths = [args.prompt - 7 * i for i in range(args.agreement_rows)]
+    agreement = run("batched vs alone agreement", batch_agreement, model, lengths, args.gen, args.block)
+    if agreement is not None:
+        summary["batched_vs_alone_token_agreement"] = round(agreement, 4)
     summary["forward"], summary["generate"] = rows, gen_rows
     summary["sdpa_default"] = sorted({(r["call"], r["mask"], r["batch"], r["default"]) for r in sdpa})
-    summary["peak_memory_gib"] = peak_gib(device)
-    del model
+    summary["peak_memory_gib"], summary["peak_reserved_gib"] = peak_gib(device), peak_reserved_gib(device)
+    summary["phase_s"] = round(time.perf_counter() - t0, 1)
+    del model, network
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return summary
@@ -448,8 +497,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--width", type=int, default=None, help="a narrower hidden size (heads of 64; tests)")
     ap.add_argument("--out", default=str(ROOT / "results" / "bench"))
     ap.add_argument("--budget-s", type=float, default=400.0,
-                    help="start nothing new after this many seconds (each shape gets its share, plus what earlier "
-                    "shapes left)")
+                    help="the whole check's time: each phase (shape, then the tiny checkpoints) gets an equal share "
+                    "of what is left when it starts and stops at its deadline")
     ap.add_argument("--prompt", type=int, default=512)
     ap.add_argument("--answers", type=int, nargs="+", default=[256, 512])
     ap.add_argument("--forward-batches", type=int, nargs="+", default=[1, 8])
@@ -480,6 +529,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def phase_deadline(start: float, budget_s: float, index: int, phases: int) -> float:
+    """The deadline of phase ``index`` of ``phases``, set when it starts: an equal share of what the budget has left
+    now, so time an earlier phase did not use passes on and one that overran costs the later phases alike."""
+    now = time.perf_counter()
+    left = start + budget_s - now
+    return now + max(left, 0.0) / (phases - index)
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     if args.record_tiny_reference:
@@ -494,22 +551,24 @@ def main(argv: list[str] | None = None) -> dict:
                "torch": torch.__version__, "dtype": str(dtype).replace("torch.", ""), "layers": args.layers,
                "width": args.width, "budget_s": args.budget_s, "shapes": []}
     path = out / "gpu_summary.json"
-    # the tiny checkpoints take seconds: run them first, so that they are in the summary whatever happens later
-    summary["tiny_checkpoints_vs_cpu"] = tiny_agreement(device, args.tiny_rows)
-    path.write_text(json.dumps(summary, indent=1) + "\n")
+    phases = len(args.shapes) + 1  # the shapes, LLaDA first, then the tiny checkpoints (seconds on a GPU)
     for i, shape in enumerate(args.shapes):
-        share = start + args.budget_s * (i + 1) / len(args.shapes)  # each shape gets its part of the budget
-        summary["shapes"].append(check_shape(shape, args, device, dtype, share, out))
+        summary["shapes"].append(check_shape(shape, args, device, dtype, phase_deadline(start, args.budget_s, i, phases),
+                                             out))
         summary["total_s"] = round(time.perf_counter() - start, 1)
         path.write_text(json.dumps(summary, indent=1) + "\n")
+    summary["tiny_checkpoints_vs_cpu"] = tiny_agreement(device, args.tiny_rows)
+    summary["total_s"] = round(time.perf_counter() - start, 1)
+    path.write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps(summary["tiny_checkpoints_vs_cpu"]))
     for s in summary["shapes"]:
         print(f"{s['shape']}: agreement {s.get('batched_vs_alone_token_agreement')}, big decode "
-              f"{s.get('big_decode')}, peak {s['peak_memory_gib']} GiB, skipped {s['skipped']}")
+              f"{s.get('big_decode')}, peak {s['peak_memory_gib']} GiB allocated / {s['peak_reserved_gib']} reserved, "
+              f"skipped {s['skipped']}, stopped at the deadline {s['stopped']}")
         print("sdpa default:", s["sdpa_default"])
         print(pd.DataFrame(s["forward"], columns=FORWARD_COLUMNS).to_string(index=False))
         print(pd.DataFrame(s["generate"], columns=GENERATE_COLUMNS).to_string(index=False))
-    print(f"total {summary['total_s'] if summary['shapes'] else round(time.perf_counter() - start, 1)}s -> {out}")
+    print(f"total {summary['total_s']}s -> {out}")
     return summary
 
 

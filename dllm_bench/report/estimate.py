@@ -89,11 +89,14 @@ class Speedups:
 
 
 def _speedup_table(frames: list[pd.DataFrame]) -> dict[str, dict[int, float]]:
-    """shape -> batch -> tokens/s over batch-1 tokens/s (mean over the rows of one shape and batch)."""
+    """shape -> batch -> tokens/s over batch-1 tokens/s (mean over the rows of one shape and batch); where the GPU
+    check timed padded batches too (column ``padded``), only those: the runner pads its batches."""
     rows = pd.concat(frames, ignore_index=True)
     missing = {"shape", "batch", "tokens_per_s"} - set(rows.columns)
     if missing:
         raise ValueError(f"speed-up CSV lacks columns {sorted(missing)}; expected shape, batch, tokens_per_s")
+    if "padded" in rows.columns and rows["padded"].astype(bool).any():
+        rows = rows[rows["padded"].astype(bool)]
     out: dict[str, dict[int, float]] = {}
     for shape, group in rows.groupby("shape"):
         speed = group.groupby("batch")["tokens_per_s"].mean()

@@ -20,7 +20,7 @@ def test_gpu_check_runs_on_cpu_in_bf16_at_a_mid_shape(load_script, tmp_path):
                               "--out", str(tmp_path), "--prompt", "24", "--answers", "16", "--forward-batches", "1",
                               "2", "--generate-batches", "1", "2", "--gen", "16", "--block", "8", "--big-batch", "2",
                               "--big-prompt", "32", "--big-gen", "16", "--repeats", "1", "--agreement-rows", "3",
-                              "--tiny-rows", "2"])
+                              "--tiny-rows", "2", "--budget-s", "7200"])  # its code paths, whatever the load
     assert json.loads((tmp_path / "gpu_summary.json").read_text()) == json.loads(json.dumps(summary))
     assert [s["shape"] for s in summary["shapes"]] == ["llada-8b", "dream-7b", "llada-moe-7b"]  # LLaDA first
     assert [s["network"] for s in summary["shapes"]] == ["DiffusionLM", "DiffusionLM", "MoEDiffusionLM"]
@@ -33,11 +33,13 @@ def test_gpu_check_runs_on_cpu_in_bf16_at_a_mid_shape(load_script, tmp_path):
         assert set(sdpa.loc[sdpa["call"] == "dual_step", "queries"]) == {8}
         assert sdpa["accepted"].any() and not sdpa["default"].str.startswith("unknown").any()
         gen = pd.read_csv(tmp_path / f"gpu_generate_{shape}.csv")
-        assert list(gen["batch"]) == [1, 2] and (gen["tokens_per_s"] > 0).all()
+        assert list(gen["batch"]) == [1, 1, 2, 2] and list(gen["padded"]) == [False, True] * 2
+        assert (gen["tokens_per_s"] > 0).all()
     speedups = read_speedups(tmp_path)  # what reproduce_table.py --estimate reads from these files
     assert speedups.source == "gpu" and set(speedups.by_shape) == {"dream-7b", "llada-8b", "llada-moe-7b"} and speedups.batches() == [2]
     for s in summary["shapes"]:
-        assert s["dtype"] == "bfloat16" and s["layers"] == 1 and s["width"] == 128 and s["skipped"] == []
+        assert s["dtype"] == "bfloat16" and s["layers"] == 1 and s["width"] == 128
+        assert s["skipped"] == [] and s["stopped"] == []
         assert 0 <= s["batched_vs_alone_token_agreement"] <= 1 and s["big_decode"]["batch"] == 2
         assert s["parameters"] > 126464 * 128  # the real vocabulary
     tiny = summary["tiny_checkpoints_vs_cpu"]
@@ -65,6 +67,33 @@ def test_moe_shape_resizes_to_the_moe_network(load_script):
     with torch.no_grad():
         logits = model(torch.randint(0, 1000, (1, 40)), logits_range=(30, 40))
     assert logits.shape == (1, 10, 157184) and torch.isfinite(logits).all()
+
+
+def test_each_phase_gets_its_share_of_what_is_left(load_script, monkeypatch):
+    """Phase i of n starts with (what the budget has left) / (n - i): a phase that overran costs every later phase
+    alike, and one that finished early passes its time on."""
+    gpu_check = load_script("gpu_check")
+    monkeypatch.setattr(gpu_check.time, "perf_counter", lambda: 100.0)
+    assert gpu_check.phase_deadline(0.0, 400.0, 0, 4) == 100.0 + 300.0 / 4  # 100 s spent before the first phase
+    assert gpu_check.phase_deadline(0.0, 400.0, 2, 4) == 100.0 + 300.0 / 2
+    assert gpu_check.phase_deadline(0.0, 50.0, 1, 4) == 100.0  # the budget is spent: nothing new starts
+
+
+def test_a_measurement_past_its_deadline_stops_at_the_next_forward(load_script, tmp_path):
+    """The deadline is enforced between steps: a decode still running at its phase's end raises at its next forward,
+    and a phase whose deadline has passed records every step as skipped, with header-only CSVs."""
+    gpu_check = load_script("gpu_check")
+    args = gpu_check.parse_args(["--device", "cpu", "--layers", "1", "--width", "64", "--prompt", "24", "--answers", "16",
+                                 "--forward-batches", "1", "--generate-batches", "1", "--gen", "16", "--block", "8",
+                                 "--big-batch", "1", "--big-prompt", "24", "--big-gen", "16", "--repeats", "1",
+                                 "--agreement-rows", "2"])
+    model = gpu_check.build_model("llada-8b", torch.device("cpu"), torch.float32, 1, 64)
+    late = gpu_check.DeadlineNetwork(model, deadline=0.0)
+    with pytest.raises(gpu_check.DeadlineReached):
+        gpu_check.generate_speed(late, 1, 24, 16, 8)
+    summary = gpu_check.check_shape("llada-8b", args, torch.device("cpu"), torch.float32, 0.0, tmp_path)
+    assert summary["stopped"] == [] and len(summary["skipped"]) == 8 + 1 + 2 + 1 + 1
+    assert pd.read_csv(tmp_path / "gpu_generate_llada-8b.csv").empty
 
 
 def test_a_skipped_step_leaves_a_csv_with_its_header(load_script, tmp_path):
