@@ -33,53 +33,25 @@ sandbox-deps:  ## bubblewrap for the code sandbox (docs/sandbox.md): apt-get as 
 test: setup  ## run the whole test suite (what CI runs)
 	$(PY) -m pytest -q tests
 
-# The inner loop: unit tests of the engine's rules, schedules and config, the runner's checks and store, the
-# adapters' key handling and the task scorers; no `slow` tests, no equivalence or end-to-end suites (caches
-# against references, benchmarks, CLI runs, tiny training, LLaDA-V): `make test` runs those.
-FAST_TESTS ?= tests/test_import_graph.py \
-	tests/decoding/test_config.py \
-	tests/decoding/test_confidence.py \
-	tests/decoding/test_schedules.py \
-	tests/decoding/test_selectors.py \
-	tests/decoding/test_spec.py \
-	tests/decoding/test_defaults_agree.py \
-	tests/runner/test_validate.py \
-	tests/runner/test_threads.py \
-	tests/runner/test_config_schema.py \
-	tests/runner/test_run_spec.py \
-	tests/runner/test_store.py \
-	tests/runner/test_completions.py \
-	tests/tasks/test_hub_offline.py \
-	tests/tasks/test_lm_eval_model_args.py \
-	tests/tasks/test_gsm8k.py \
-	tests/tasks/test_math_tasks.py \
-	tests/tasks/test_registry_and_data.py \
-	tests/report/test_aggregate.py
+# The inner loop: the tests marked `fast` (unit tests of the engine's rules, schedules and config, the runner's checks
+# and store, the adapters' key handling and the task scorers), none `slow`.
+test-fast: setup  ## the inner loop: the tests marked fast (pyproject's markers)
+	$(PY) -m pytest -q -m "fast and not slow and not exhaustive" tests
 
-test-fast: setup  ## the inner loop: a fast subset of the suite (FAST_TESTS)
-	$(PY) -m pytest -q -m "not slow and not exhaustive" $(FAST_TESTS)
-
-# golden decodes and bit-for-bit claims: they must hold whatever SIMD width ATen's kernels use (issue 31)
-CAPABILITY_TESTS ?= tests/decoding/test_speed_equivalence.py tests/decoding/test_verify_selection.py \
-	tests/decoding/test_cache_reference.py tests/decoding/test_head_window.py tests/decoding/test_confidence.py \
-	tests/models/test_linear.py tests/models/test_numerics.py tests/models/test_published_logits.py \
-	tests/decoding/test_bf16_tier.py::test_dream_bf16_decode_equals_the_published_loop \
-	tests/decoding/test_elastic_cache.py::test_a_threshold_that_always_fires_is_the_uncached_decode_bit_for_bit \
-	tests/decoding/test_elastic_cache.py::test_a_row_of_a_batch_decodes_as_it_does_alone \
-	tests/decoding/test_rules_published.py tests/decoding/test_rules_klass_pc.py tests/decoding/test_dkv_cache.py tests/decoding/test_dkv_greedy.py \
-	tests/decoding/test_dpad.py tests/decoding/test_wino.py tests/decoding/test_sparse_dllm.py tests/decoding/test_d2cache.py
-
-# SKIP_CAPABILITY: one already covered (.ci/run passes the CPU's own, which make test has just run)
+# Golden decodes and bit-for-bit claims, marked `golden` (tests/conftest.py: every test reading a golden of
+# tests/fixtures/recorded_on.json; bit-equality claims between code paths in their files): they must hold whatever
+# SIMD width ATen's kernels use (issue 31). SKIP_CAPABILITY: one already covered (.ci/run passes the CPU's own,
+# which make test has just run).
 SKIP_CAPABILITY ?=
 
-test-cpu-capabilities: setup  ## the golden/bit-exactness tests under ATEN_CPU_CAPABILITY=default, avx2, avx512 (those this CPU has)
+test-cpu-capabilities: setup  ## the tests marked golden under ATEN_CPU_CAPABILITY=default, avx2, avx512 (those this CPU has)
 	@flags=" $$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "; \
 	for cap in default avx2 avx512; do \
 	  case $$cap in avx2) flag=avx2 ;; avx512) flag=avx512f ;; *) flag= ;; esac; \
 	  if [ -n "$$flag" ] && [ "$${flags#* $$flag }" = "$$flags" ]; then echo "$$cap: skipped (no $$flag in /proc/cpuinfo)"; continue; fi; \
 	  if [ "$$cap" = "$(SKIP_CAPABILITY)" ]; then echo "$$cap: skipped (SKIP_CAPABILITY)"; continue; fi; \
 	  echo "ATEN_CPU_CAPABILITY=$$cap"; \
-	  ATEN_CPU_CAPABILITY=$$cap $(PY) -m pytest -q -p no:cacheprovider $(CAPABILITY_TESTS) || exit 1; \
+	  ATEN_CPU_CAPABILITY=$$cap $(PY) -m pytest -q -p no:cacheprovider -m "golden and not exhaustive" tests || exit 1; \
 	done
 
 lint: setup  ## ruff

@@ -50,6 +50,7 @@ from dllm_bench.decoding import (  # noqa: E402
     build_selector,
     generate,
 )
+from dllm_bench.machine import fingerprint, kernel_width  # noqa: E402
 from dllm_bench.models import DiffusionLM, FeatureCache, KVCache  # noqa: E402
 from dllm_bench.models.config import ModelConfig  # noqa: E402
 from dllm_bench.models.random_weights import random_network  # noqa: E402
@@ -425,37 +426,69 @@ def tiny_tokens(device: torch.device, dtype: torch.dtype, prompts: dict[str, lis
     return out
 
 
+def cpu_reference(fixture: dict) -> tuple[dict, dict[str, list[int]] | None, str]:
+    """The recorded tokens a CPU compares with, the rows compared (None: all) and where they come from: its own
+    machine's under its own kernel width where recorded (the recording machine's or one of ``other_machines``),
+    else the recording machine's near-tie-free rows (equal under every recorded width and in float32 and bf16;
+    a decode that crosses a near-tie may go the other way on another CPU's last bits)."""
+    here, width = fingerprint(), kernel_width()
+    if fixture.get("machine") == here:
+        if width == fixture["capability"]:
+            return fixture["tokens"], None, "recorded here"
+        if width in fixture.get("cpu_capability_tokens", {}):
+            return fixture["cpu_capability_tokens"][width], None, "recorded here"
+    for other in fixture.get("other_machines", []):
+        if other["machine"] == here and other["capability"] == width:
+            return other["tokens"], None, "recorded here"
+    reference = fixture.get("cpu_capability_tokens", {}).get(width, fixture["tokens"])
+    return reference, fixture["near_tie_free"], "near-tie-free rows of the recording machine"
+
+
 def tiny_agreement(device: torch.device, rows: int | None) -> dict:
-    """Per dtype and setting: the share of answer tokens and of whole answers equal to the CPU's recorded ones."""
+    """Per dtype and setting: the share of answer tokens and of whole answers equal to the CPU's recorded ones (on a
+    CPU: see cpu_reference; a GPU compares every row with the recording machine's)."""
     if not TINY_FIXTURE.is_file():
         return {"missing": f"{TINY_FIXTURE.relative_to(ROOT)}: run --record-tiny-reference on the CPU first"}
     fixture = json.loads(TINY_FIXTURE.read_text())
-    reference = fixture["tokens"]
-    if device.type == "cpu":  # a CPU compares with the tokens of its own kernel width where they were recorded
-        reference = fixture.get("cpu_capability_tokens", {}).get(cpu_capability(), reference)
-    result = {}
+    reference, compared, source = fixture["tokens"], None, "the recording machine's CPU"
+    if device.type == "cpu":
+        reference, compared, source = cpu_reference(fixture)
+    result = {"reference": source}
     for name in ("float32", "bfloat16"):
         got = tiny_tokens(device, DTYPES[name], fixture["prompts"], rows)
         per = {}
         for setting, tokens in got.items():
-            ref = torch.tensor(reference[name][setting][: len(tokens)])
-            now = torch.tensor(tokens)
-            per[setting] = {"tokens": round(float((now == ref).float().mean()), 4),
-                            "answers": round(float((now == ref).all(dim=1).float().mean()), 4), "rows": len(tokens)}
+            keep = list(range(len(tokens))) if compared is None else [r for r in compared[setting] if r < len(tokens)]
+            ref = torch.tensor(reference[name][setting])[keep].view(len(keep), -1)
+            now = torch.tensor(tokens)[keep].view(len(keep), -1)
+            per[setting] = {"tokens": round(float((now == ref).float().mean()), 4) if keep else None,
+                            "answers": round(float((now == ref).all(dim=1).float().mean()), 4) if keep else None,
+                            "rows": len(keep)}
         result[name] = per
     return result
 
 
 def cpu_capability() -> str:
     """The SIMD width ATen's CPU kernels use here (ATEN_CPU_CAPABILITY or the CPU's own): default, avx2, avx512."""
-    return torch.backends.cpu.get_cpu_capability().lower()
+    return kernel_width()
+
+
+def near_tie_free(fixture: dict) -> dict[str, list[int]]:
+    """Per setting, the rows whose tokens are the same under every recorded kernel width, in float32 and bf16."""
+    widths = [fixture["tokens"], *fixture.get("cpu_capability_tokens", {}).values()]
+    first = fixture["tokens"]["float32"]
+    return {setting: [r for r in range(len(rows)) if all(w[dt][setting][r] == rows[r] for w in widths
+                                                          for dt in ("float32", "bfloat16"))]
+            for setting, rows in first.items()}
 
 
 def record_tiny_reference(puzzles: int = 20) -> None:
-    """Write the fixture: the first ``puzzles`` held-out prompts' ids and their CPU tokens in float32 and bf16.
+    """Write the fixture: the first ``puzzles`` held-out prompts' ids and their CPU tokens in float32 and bf16,
+    with the machine's fingerprint (dllm_bench/machine.py).
 
-    bf16 decodes of the tiny checkpoints change with the kernels' SIMD width (near-ties decided by last bits), so a
-    run under another ``ATEN_CPU_CAPABILITY`` than the fixture's adds that width's tokens beside the first ones."""
+    bf16 decodes of the tiny checkpoints change with the kernels' SIMD width and with the machine (near-ties decided
+    by last bits), so a run under another ``ATEN_CPU_CAPABILITY`` than the fixture's adds that width's tokens beside
+    the first ones, and a run on another machine adds its own under ``other_machines``."""
     from dllm_bench.models import load_model
     from dllm_bench.tasks.sudoku import SudokuTask
     from dllm_bench.tiny.encoding import prompt_ids
@@ -463,9 +496,18 @@ def record_tiny_reference(puzzles: int = 20) -> None:
     cpu = torch.device("cpu")
     if TINY_FIXTURE.is_file():
         fixture = json.loads(TINY_FIXTURE.read_text())
-        if fixture.get("capability", "avx512") != cpu_capability():
-            tokens = {name: tiny_tokens(cpu, DTYPES[name], fixture["prompts"]) for name in ("float32", "bfloat16")}
+        tokens = {name: tiny_tokens(cpu, DTYPES[name], fixture["prompts"]) for name in ("float32", "bfloat16")}
+        if fixture.get("machine") != fingerprint():
+            others = [o for o in fixture.get("other_machines", [])
+                      if (o["machine"], o["capability"]) != (fingerprint(), cpu_capability())]
+            fixture["other_machines"] = [*others, {"machine": fingerprint(), "capability": cpu_capability(),
+                                                   "tokens": tokens}]
+            TINY_FIXTURE.write_text(json.dumps(fixture) + "\n")
+            print(f"wrote this machine's {cpu_capability()} tokens into {TINY_FIXTURE}")
+            return
+        if fixture["capability"] != cpu_capability():
             fixture.setdefault("cpu_capability_tokens", {})[cpu_capability()] = tokens
+            fixture["near_tie_free"] = near_tie_free(fixture)
             TINY_FIXTURE.write_text(json.dumps(fixture) + "\n")
             print(f"wrote the {cpu_capability()} tokens into {TINY_FIXTURE}")
             return
@@ -476,11 +518,15 @@ def record_tiny_reference(puzzles: int = 20) -> None:
         prompts[flavour] = [prompt_ids(tok, r["puzzle"]) for r in rows]
     tokens = {name: tiny_tokens(cpu, DTYPES[name], prompts) for name in ("float32", "bfloat16")}
     note = ("CPU tokens of the shipped tiny checkpoints (scripts/gpu_check.py --record-tiny-reference, torch "
-            f"{torch.__version__}, ATEN_CPU_CAPABILITY {cpu_capability()}); the GPU check decodes the same prompts on "
-            "the device and reports agreement; cpu_capability_tokens: the same decodes under the other kernel widths "
-            "(bf16 near-ties go another way there)")
-    TINY_FIXTURE.write_text(json.dumps({"note": note, "capability": cpu_capability(), "gen_length": TINY_GEN,
-                                        "prompts": prompts, "tokens": tokens}) + "\n")
+            f"{torch.__version__}, ATEN_CPU_CAPABILITY {cpu_capability()}, on the machine of 'machine'); the GPU "
+            "check decodes the same prompts on the device and reports agreement; cpu_capability_tokens: the same "
+            "decodes under the other kernel widths (bf16 near-ties go another way there); near_tie_free: the rows "
+            "equal under every width in float32 and bf16, which another CPU compares; other_machines: tokens "
+            "recorded on other CPUs")
+    fixture = {"note": note, "machine": fingerprint(), "capability": cpu_capability(), "gen_length": TINY_GEN,
+               "prompts": prompts, "tokens": tokens}
+    fixture["near_tie_free"] = near_tie_free(fixture)
+    TINY_FIXTURE.write_text(json.dumps(fixture) + "\n")
     print(f"wrote {TINY_FIXTURE}")
 
 
@@ -511,7 +557,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--agreement-rows", type=int, default=8)
     ap.add_argument("--tiny-rows", type=int, default=None, help="tiny-checkpoint prompts to decode (default all)")
-    ap.add_argument("--record-tiny-reference", action="store_true", help="CPU only: rewrite the tiny tokens fixture")
+    ap.add_argument("--record-tiny-reference", action="store_true",
+                    help="CPU only: write this machine's and kernel width's tiny tokens into the fixture")
     args = ap.parse_args(argv)
     for name in ("prompt", "block", "gen", "big_batch", "big_prompt", "big_gen", "repeats", "agreement_rows"):
         if getattr(args, name) < 1:

@@ -18,6 +18,8 @@ from .conftest import prompts_for
 from .reference_caches import PlainDLLMCache, PlainKVCache, PlainNetwork
 from .spec_kwargs import spec_generate
 
+pytestmark = pytest.mark.golden  # bit equality between code paths: checked under every kernel width
+
 G, BL = 16, 8
 SCALE = 20.0  # the engine fixtures' logit sharpening (conftest.SharpenedNetwork)
 

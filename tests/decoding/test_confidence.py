@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 
 from dllm_bench.decoding.confidence import allowed_max, candidate_predictions, row_max
 
+pytestmark = [pytest.mark.fast, pytest.mark.golden]  # golden: bit equality between code paths, under every kernel width
+
 
 def reference(logits: torch.Tensor, forbidden: list[int], dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """x0 = first argmax over the allowed ids, confidence = its probability (softmax over the allowed ids)."""

@@ -18,6 +18,8 @@ from dllm_bench.decoding.accounting import cut_at_stop_strings
 from .scripted import ScriptedNetwork
 from .spec_kwargs import spec_generate
 
+pytestmark = pytest.mark.fast  # the inner loop: make test-fast
+
 
 @pytest.mark.parametrize(
     "name,params,match",

@@ -12,6 +12,8 @@ from dllm_bench.decoding.config import CACHES, POLICY_CLASSES
 from dllm_bench.decoding.policies import SLOWFAST_PRESETS
 from dllm_bench.runner.config import CONF_DIR
 
+pytestmark = pytest.mark.fast  # the inner loop: make test-fast
+
 FILES = sorted([*(CONF_DIR / "cache").glob("*.yaml"), *(CONF_DIR / "policy").glob("*.yaml")])
 
 

@@ -179,6 +179,7 @@ def test_a_threshold_that_never_fires_runs_no_refresh_forward():
     assert calls[0] and not any(calls[1:]) and len(calls) == max(nfe)  # one full forward, then queries only
 
 
+@pytest.mark.golden
 @pytest.mark.parametrize("flavour", ["llada", "dream"])
 def test_a_threshold_that_always_fires_is_the_uncached_decode_bit_for_bit(flavour):
     prompts, model = _prompts(flavour, 2), _model(flavour, "float32")
@@ -198,6 +199,7 @@ def test_a_threshold_that_always_fires_is_the_uncached_decode_bit_for_bit(flavou
     assert len(none[0]) == len(elastic[0]) and all(torch.equal(a, b) for a, b in zip(none[0], elastic[0]))
 
 
+@pytest.mark.golden
 @pytest.mark.parametrize("flavour", ["llada", "dream"])
 def test_a_row_of_a_batch_decodes_as_it_does_alone(flavour):
     prompts = _prompts(flavour, 3)

@@ -1,5 +1,6 @@
 """scripts/gpu_check.py runs end to end on the CPU in bf16 at a mid shape (its code paths, not its speed), and its
-tiny-checkpoint check reproduces the CPU's recorded tokens."""
+tiny-checkpoint check reproduces the CPU's recorded tokens: every row where they were recorded (machine and kernel
+width), the near-tie-free rows elsewhere."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ import torch
 
 from dllm_bench.models import MoEDiffusionLM, load_model
 from dllm_bench.report.estimate import read_speedups
+from tests.machine import recording
+
+RECORDED = recording("gpu_check_tiny_tokens.json")
 
 
 @pytest.mark.slow
@@ -43,8 +47,14 @@ def test_gpu_check_runs_on_cpu_in_bf16_at_a_mid_shape(load_script, tmp_path):
         assert 0 <= s["batched_vs_alone_token_agreement"] <= 1 and s["big_decode"]["batch"] == 2
         assert s["parameters"] > 126464 * 128  # the real vocabulary
     tiny = summary["tiny_checkpoints_vs_cpu"]
-    # the same machine: float32 and bf16 give the recorded tokens exactly (a GPU reports its own rates)
-    assert all(v["tokens"] == 1.0 and v["rows"] == 2 for per in tiny.values() for v in per.values())
+    # the recording machine and width: float32 and bf16 give the recorded tokens exactly (a GPU reports its own
+    # rates); elsewhere the recorded rows free of near-ties do
+    _, compared, source = gpu_check.cpu_reference(json.loads(gpu_check.TINY_FIXTURE.read_text()))
+    assert tiny["reference"] == source
+    rows = {s: 2 if compared is None else len([r for r in compared[s] if r < 2]) for s in tiny["float32"]}
+    assert sum(rows.values()) >= 4  # most rows are compared either way
+    for per in (tiny["float32"], tiny["bfloat16"]):
+        assert all(v["rows"] == rows[s] and v["tokens"] == (1.0 if rows[s] else None) for s, v in per.items())
 
 
 @pytest.mark.slow
@@ -94,6 +104,27 @@ def test_a_measurement_past_its_deadline_stops_at_the_next_forward(load_script, 
     summary = gpu_check.check_shape("llada-8b", args, torch.device("cpu"), torch.float32, 0.0, tmp_path)
     assert summary["stopped"] == [] and len(summary["skipped"]) == 8 + 1 + 2 + 1 + 1
     assert pd.read_csv(tmp_path / "gpu_generate_llada-8b.csv").empty
+
+
+def test_a_cpu_compares_every_row_where_recorded_and_the_near_tie_free_ones_elsewhere(load_script, monkeypatch):
+    gpu_check = load_script("gpu_check")
+    fixture = json.loads(gpu_check.TINY_FIXTURE.read_text())
+    assert fixture["machine"] == RECORDED.machine  # the manifest and the fixture agree on where it was recorded
+    reference, compared, source = gpu_check.cpu_reference(fixture)
+    assert (compared is None) == RECORDED.here() and (source == "recorded here") == RECORDED.here()
+    monkeypatch.setenv("DLLM_BENCH_FOREIGN_MACHINE", "1")
+    reference, compared, source = gpu_check.cpu_reference(fixture)
+    assert source == "near-tie-free rows of the recording machine" and compared == fixture["near_tie_free"]
+    # a near-tie-free row decodes the same under every recorded width, in float32 and bf16
+    widths = [fixture["tokens"], *fixture["cpu_capability_tokens"].values()]
+    for setting, rows in compared.items():
+        assert 0 < len(rows) < len(fixture["prompts"]["llada"])  # some rows cross a near-tie: left out
+        assert all(w[dt][setting][r] == widths[0]["float32"][setting][r] for w in widths
+                   for dt in ("float32", "bfloat16") for r in rows)
+    # a run recorded on this (foreign) machine and width is compared on every row
+    fixture["other_machines"] = [{"machine": gpu_check.fingerprint(), "capability": gpu_check.cpu_capability(),
+                                  "tokens": fixture["tokens"]}]
+    assert gpu_check.cpu_reference(fixture)[1:] == (None, "recorded here")
 
 
 def test_a_skipped_step_leaves_a_csv_with_its_header(load_script, tmp_path):

@@ -16,6 +16,8 @@ from dllm_bench.tiny.encoding import encode_batch
 
 from .spec_kwargs import spec_generate
 
+pytestmark = pytest.mark.golden  # bit equality between code paths: checked under every kernel width
+
 CHECKPOINTS = Path(dllm_bench.tiny.__file__).parent / "checkpoints"
 
 

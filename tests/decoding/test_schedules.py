@@ -12,6 +12,8 @@ from dllm_bench.decoding.schedules import (
     llada_transfer_counts,
 )
 
+pytestmark = pytest.mark.fast  # the inner loop: make test-fast
+
 
 def test_llada_schedule_spreads_remainder_over_first_steps():
     assert llada_transfer_counts(torch.tensor([10]), 4).tolist() == [[3, 3, 2, 2]]

@@ -16,6 +16,8 @@ from dllm_bench.decoding.selectors import (
     topk_commit_mask,
 )
 
+pytestmark = pytest.mark.fast  # the inner loop: make test-fast
+
 D = torch.float64
 
 

@@ -24,6 +24,8 @@ from dllm_bench.decoding.policies import BlockState, DreamState, DreamThresholdS
 
 from .scripted import ScriptedNetwork
 
+pytestmark = pytest.mark.fast  # the inner loop: make test-fast
+
 BLOCKS = build_policy("blocks")
 FRECHET = build_selector("frechet")
 

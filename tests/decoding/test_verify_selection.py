@@ -11,12 +11,15 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dllm_bench.models.cache import least_similar_rows
+
+pytestmark = pytest.mark.golden  # bit equality between code paths: checked under every kernel width
 
 
 def reference(new: torch.Tensor, cached: torch.Tensor, n: int) -> list[list[int]]:

@@ -10,6 +10,8 @@ import torch
 
 from dllm_bench.models import DiffusionLM, FeatureCache, KVCache, load_model
 
+pytestmark = pytest.mark.golden  # bit equality between code paths: checked under every kernel width
+
 
 def naive_logits(model: DiffusionLM, ids: list[int]) -> torch.Tensor:
     """Explicit per-head attention and explicit RoPE over one unpadded sequence, straight from the state dict."""

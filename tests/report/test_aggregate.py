@@ -9,6 +9,8 @@ import pytest
 
 from dllm_bench.report.aggregate import aggregate_runs, wilson_interval
 
+pytestmark = pytest.mark.fast  # the inner loop: make test-fast
+
 
 def test_wilson_interval_known_values():
     low, high = wilson_interval(8, 10)  # textbook example: 0.490 to 0.943

@@ -9,6 +9,8 @@ from dllm_bench.runner.config import compute_run_id
 from dllm_bench.runner.summary import count_column
 from dllm_bench.runner.validate import ConfigError, build_task
 
+pytestmark = pytest.mark.fast  # the inner loop: make test-fast
+
 BOS, EOS, EOT = 1, 2, 3
 SPECIAL = {BOS: "<s>", EOS: "<eos>", EOT: "<eot>"}
 

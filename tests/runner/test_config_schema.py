@@ -15,6 +15,8 @@ from dllm_bench.runner.config import CONF_DIR
 from dllm_bench.runner.settings import GROUPS, ModelSettings, RunSettings, setting_names
 from dllm_bench.runner.validate import validate_config
 
+pytestmark = pytest.mark.fast  # the inner loop: make test-fast
+
 KINDS = {"policy": "policy", "rule": "selector", "cache": "cache"}
 
 

@@ -23,6 +23,8 @@ from dllm_bench.runner.engine import DecodingEngine
 from dllm_bench.runner.sharding import DistContext
 from dllm_bench.runner.validate import validate_config
 
+pytestmark = pytest.mark.fast  # the inner loop: make test-fast
+
 
 @pytest.fixture()
 def run_config(compose_cfg):

@@ -6,9 +6,13 @@ import csv
 import json
 import math
 
+import pytest
+
 from dllm_bench.runner.config import compute_run_id, flatten
 from dllm_bench.runner.store import ResultsStore, read_jsonl
 from dllm_bench.runner.summary import summarise, wilson_interval
+
+pytestmark = pytest.mark.fast  # the inner loop: make test-fast
 
 
 def row(i: int, correct: bool = True, rank: int = 0) -> dict:

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from dllm_bench.runner.threads import SMALL_MODEL_BYTES, pick_num_threads, weight_bytes
+
+pytestmark = pytest.mark.fast  # the inner loop: make test-fast
 
 EMBEDDED = Path(__file__).resolve().parents[2] / "dllm_bench" / "tiny" / "checkpoints"
 

@@ -12,6 +12,8 @@ from hydra.errors import ConfigCompositionException, MissingConfigException
 from dllm_bench.runner.config import CONF_DIR
 from dllm_bench.runner.validate import ConfigError, validate_config
 
+pytestmark = pytest.mark.fast  # the inner loop: make test-fast
+
 
 @pytest.fixture(scope="module", autouse=True)
 def hydra_initialised():

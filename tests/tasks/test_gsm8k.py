@@ -8,6 +8,8 @@ import pytest
 
 from dllm_bench.tasks import get_task
 
+pytestmark = pytest.mark.fast  # the inner loop: make test-fast
+
 
 @pytest.fixture(scope="module")
 def gsm8k(fixtures_dir):

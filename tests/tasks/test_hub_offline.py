@@ -12,6 +12,8 @@ from huggingface_hub import constants
 from dllm_bench.tasks import data
 from dllm_bench.tasks.data import DataError, load_hub_rows
 
+pytestmark = pytest.mark.fast  # the inner loop: make test-fast
+
 
 class _NoNetwork:
     def head(self, *args, **kwargs):

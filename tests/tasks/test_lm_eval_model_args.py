@@ -13,6 +13,8 @@ from dllm_bench.runner.components import build_spec
 from dllm_bench.runner.config import CONF_DIR
 from dllm_bench.runner.validate import ConfigError
 
+pytestmark = pytest.mark.fast  # the inner loop: make test-fast
+
 
 def spec_of(model_args: str):
     args = simple_parse_args_string(model_args)

@@ -7,6 +7,8 @@ import pytest
 from dllm_bench.tasks import get_task
 from dllm_bench.tasks.minerva_math import last_boxed_content
 
+pytestmark = pytest.mark.fast  # the inner loop: make test-fast
+
 
 @pytest.fixture(scope="module")
 def math500(fixtures_dir):

@@ -9,6 +9,8 @@ import pytest
 from dllm_bench.tasks import TASKS, Score, get_task, render_prompt
 from dllm_bench.tasks.data import DataError
 
+pytestmark = pytest.mark.fast  # the inner loop: make test-fast
+
 
 def test_registry_lists_every_benchmark_and_rejects_unknown_names():
     assert {"gsm8k", "gsm8k_cot", "minerva_math", "minerva_math500", "humaneval", "mbpp", "gpqa_main",
