@@ -18,8 +18,7 @@ import torch
 from omegaconf import DictConfig
 
 from dllm_bench.decoding.config import CACHES, POLICIES, POLICY_CLASSES, SELECTORS, builder_parameters
-from dllm_bench.models.config import MODEL_TYPES
-from dllm_bench.models.config import ConfigError as ModelConfigError
+from dllm_bench.models.config import MODEL_TYPES, ModelConfigError
 from dllm_bench.models.loading import parse_config
 from dllm_bench.runner.components import NO_RULE, build_spec
 from dllm_bench.runner.config import to_container
