@@ -19,15 +19,20 @@ from omegaconf import OmegaConf
 
 from dllm_bench.decoding import Decoding, build_cache, build_policy, build_selector, check_combination
 from dllm_bench.decoding.config import CACHES
+from dllm_bench.runner import config
 from dllm_bench.runner.components import NO_RULE
-from dllm_bench.runner.config import CONF_DIR
 
 FLAVOURS = ("llada", "dream")
 
 
-def options(group: str, conf_dir: Path = CONF_DIR) -> tuple[str, ...]:
+def conf(conf_dir: Path | None = None) -> Path:
+    """``conf_dir``, else the runner's (``runner.config.CONF_DIR``, read at each call: a test may point it elsewhere)."""
+    return Path(conf_dir if conf_dir is not None else config.CONF_DIR)
+
+
+def options(group: str, conf_dir: Path | None = None) -> tuple[str, ...]:
     """The options of a conf group (its YAML files' stems), sorted."""
-    return tuple(sorted(p.stem for p in (Path(conf_dir) / group).glob("*.yaml")))
+    return tuple(sorted(p.stem for p in (conf(conf_dir) / group).glob("*.yaml")))
 
 
 @cache
@@ -36,14 +41,14 @@ def _option(group: str, option: str, conf_dir: Path) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k != "defaults"}
 
 
-def option_config(group: str, option: str, conf_dir: Path = CONF_DIR) -> dict[str, Any]:
+def option_config(group: str, option: str, conf_dir: Path | None = None) -> dict[str, Any]:
     """An option's keys (its ``name`` and the builder's parameters), without Hydra's ``defaults`` list."""
-    return dict(_option(group, option, Path(conf_dir)))
+    return dict(_option(group, option, conf(conf_dir)))
 
 
-def option_name(group: str, option: str, conf_dir: Path = CONF_DIR) -> str:
+def option_name(group: str, option: str, conf_dir: Path | None = None) -> str:
     """The registered method an option selects (``slowfast_code`` -> ``slowfast``)."""
-    return str(_option(group, option, Path(conf_dir))["name"])
+    return str(_option(group, option, conf(conf_dir))["name"])
 
 
 def policy_flavours(policy: str) -> tuple[str, ...]:
@@ -83,7 +88,7 @@ class Setting:
                f"block_length={self.block_length}"]
         return out + ([f"policy.steps={self.steps}"] if self.steps is not None else [])
 
-    def groups(self, conf_dir: Path = CONF_DIR) -> dict[str, dict[str, Any]]:
+    def groups(self, conf_dir: Path | None = None) -> dict[str, dict[str, Any]]:
         """The policy, rule and cache groups as the runner's config holds them."""
         policy = option_config("policy", self.policy, conf_dir)
         if self.steps is not None:
@@ -91,7 +96,7 @@ class Setting:
         return {"policy": policy, "rule": option_config("rule", self.rule, conf_dir),
                 "cache": option_config("cache", self.cache, conf_dir)}
 
-    def decoding(self, conf_dir: Path = CONF_DIR, **params: Any) -> Decoding:
+    def decoding(self, conf_dir: Path | None = None, **params: Any) -> Decoding:
         """The engine's ``Decoding`` of it (keyword arguments go to ``Decoding``: early_stop, ...)."""
         return Decoding(self.gen_length, self.block_length, *_components(self.groups(conf_dir)), **params)
 
@@ -117,7 +122,7 @@ class Refused(ValueError):
 
 
 def find_setting(policy: str, rule: str, cache_option: str = "none", *, gen_length: int = 24,
-                 block_length: int = 8, conf_dir: Path = CONF_DIR) -> Setting:
+                 block_length: int = 8, conf_dir: Path | None = None) -> Setting:
     """The first way the methods accept to run the options together (module docstring); ``Refused`` otherwise."""
     takes_steps = "steps" in option_config("policy", policy, conf_dir)
     cache_name = option_name("cache", cache_option, conf_dir)
@@ -134,7 +139,7 @@ def find_setting(policy: str, rule: str, cache_option: str = "none", *, gen_leng
                 raise ValueError(f"policy {groups['policy']['name']!r} and cache {cache_name!r} share no model "
                                  f"flavour of {', '.join(FLAVOURS)}")
         except (ValueError, TypeError) as err:
-            if _policy_runs(policy, steps, block, gen_length, Path(conf_dir)):
+            if _policy_runs(policy, steps, block, gen_length, conf(conf_dir)):
                 refusals.append((err, setting))  # the reason: a refusal under a way the policy itself runs (some rule, no cache)
             continue
         return setting
@@ -166,7 +171,7 @@ def runs(policy: str, rule: str, cache_option: str = "none", **kwargs: Any) -> b
 
 
 def first_rule(policy: str, cache_option: str = "none", prefer: tuple[str, ...] = (NO_RULE, "threshold", "topk"),
-               conf_dir: Path = CONF_DIR, **kwargs: Any) -> Setting | None:
+               conf_dir: Path | None = None, **kwargs: Any) -> Setting | None:
     """The setting of the first rule option (``prefer`` first, then the rest sorted) that runs with the policy and
     cache options; None when none does."""
     rules = options("rule", conf_dir)
@@ -176,3 +181,42 @@ def first_rule(policy: str, cache_option: str = "none", prefer: tuple[str, ...] 
         except Refused:
             continue
     return None
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """One method's setting on one model flavour: what the bf16 tier and the sync count run for it."""
+
+    label: str  # policy/rule/cache options, then @flavour
+    setting: Setting
+    flavour: str
+
+
+def exercises(gen_length: int = 24, block_length: int = 8, conf_dir: Path | None = None) -> list[Exercise]:
+    """Each method once in a setting that runs it, without a cache unless it is the cache: every policy option
+    with its first running rule (none, threshold, topk, then the rest) on each flavour it runs on; every rule
+    option under policy blocks (else the first policy that runs it) on its first flavour; every cache option
+    with policy blocks (else the first policy that runs it) and its first running rule on each flavour."""
+    kwargs = {"gen_length": gen_length, "block_length": block_length, "conf_dir": conf_dir}
+    policies = sorted(options("policy", conf_dir), key=lambda p: p != "blocks")
+    found: list[tuple[Setting, tuple[str, ...]]] = []
+    for policy in policies:
+        setting = first_rule(policy, **kwargs)
+        if setting is not None:
+            found.append((setting, setting.flavours))
+    for rule in options("rule", conf_dir):
+        for policy in policies:
+            if runs(policy, rule, **kwargs):
+                setting = find_setting(policy, rule, **kwargs)
+                found.append((setting, setting.flavours[:1]))
+                break
+    for cache_option in options("cache", conf_dir):
+        setting = next((s for p in policies if (s := first_rule(p, cache_option, **kwargs)) is not None), None)
+        if setting is not None:
+            found.append((setting, setting.flavours))
+    out: dict[tuple[str, str], Exercise] = {}
+    for setting, flavour_list in found:
+        for flavour in flavour_list:
+            label = f"{setting.policy}/{setting.rule}/{setting.cache}@{flavour}"
+            out.setdefault((label, flavour), Exercise(label, setting, flavour))
+    return list(out.values())
