@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: help setup sandbox-deps test test-fast test-cpu-capabilities lint demo bench reproduce-table frontier clean-venv wheel-check
+.PHONY: help setup sandbox-deps test test-fast test-cpu-capabilities lint docs demo bench reproduce-table frontier clean-venv wheel-check
 
 help:  ## list targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-18s %s\n", $$1, $$2}'
@@ -56,6 +56,9 @@ test-cpu-capabilities: setup  ## the tests marked golden under ATEN_CPU_CAPABILI
 
 lint: setup  ## ruff
 	$(VENV)/bin/ruff check dllm_bench hydra_plugins tests scripts
+
+docs: setup  ## regenerate the method tables in README.md and docs/*.md from the registries (scripts/method_tables.py)
+	$(PY) scripts/method_tables.py
 
 clean-venv:  ## remove the virtual environment
 	rm -rf $(VENV)

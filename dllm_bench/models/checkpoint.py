@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from .config import ConfigError, ModelConfig
+from .config import ModelConfig, ModelConfigError
 from .network import DiffusionLM
 from .tensor_names import canonical_name
 
@@ -57,7 +57,7 @@ def read_config(directory: Path) -> dict[str, Any]:
     try:
         return json.loads(cfg_path.read_text())
     except json.JSONDecodeError as err:
-        raise ConfigError(f"{cfg_path} is not valid JSON: {err}") from err
+        raise ModelConfigError(f"{cfg_path} is not valid JSON: {err}") from err
 
 
 def checkpoint_tensors(directory: Path) -> dict[str, tuple[Path, tuple[int, ...]]]:

@@ -18,7 +18,7 @@ MODEL_TYPES = {"llada": "llada", "Dream": "dream", "dream": "dream"}
 REAL_MASK_IDS = {("llada", 126464): 126336, ("dream", 152064): 151666}
 
 
-class ConfigError(ValueError):
+class ModelConfigError(ValueError):
     """A config.json that does not describe a supported network."""
 
 
@@ -63,13 +63,13 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         if self.flavour not in FLAVOURS:
-            raise ConfigError(f"flavour {self.flavour!r} is not supported; allowed: {FLAVOURS}")
+            raise ModelConfigError(f"flavour {self.flavour!r} is not supported; allowed: {FLAVOURS}")
         if self.tensor_naming not in TENSOR_NAMINGS:
-            raise ConfigError(f"tensor_naming {self.tensor_naming!r} is not supported; allowed: {TENSOR_NAMINGS}")
+            raise ModelConfigError(f"tensor_naming {self.tensor_naming!r} is not supported; allowed: {TENSOR_NAMINGS}")
         if self.d_model % self.n_heads:
-            raise ConfigError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
+            raise ModelConfigError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
         if self.n_heads % self.n_kv_heads:
-            raise ConfigError(f"n_heads {self.n_heads} is not divisible by n_kv_heads {self.n_kv_heads}")
+            raise ModelConfigError(f"n_heads {self.n_heads} is not divisible by n_kv_heads {self.n_kv_heads}")
 
     @property
     def head_dim(self) -> int:
@@ -96,14 +96,14 @@ class ModelConfig:
         """Parse a real ``config.json`` (LLaDA OLMo-style or LLaMA-style keys, or Dream/Qwen2 keys)."""
         model_type = cfg.get("model_type")
         if model_type not in MODEL_TYPES:
-            raise ConfigError(
+            raise ModelConfigError(
                 f"config.json of {name_or_path or '<config>'} has model_type {model_type!r}; "
                 f"allowed: {sorted(MODEL_TYPES)}"
             )
         flavour = MODEL_TYPES[model_type]
         for key, allowed in UNSUPPORTED_IF_NOT.items():
             if cfg.get(key) not in allowed:
-                raise ConfigError(
+                raise ModelConfigError(
                     f"config.json of {name_or_path or '<config>'} has {key}={cfg[key]!r}, which the {flavour} network "
                     f"does not compute; allowed: {[a for a in allowed if a is not None] or 'null'}"
                 )
@@ -112,7 +112,7 @@ class ModelConfig:
             for k in keys:
                 if cfg.get(k) is not None:
                     return cfg[k]
-            raise ConfigError(f"config.json of {name_or_path or '<config>'} lacks {' / '.join(keys)}")
+            raise ModelConfigError(f"config.json of {name_or_path or '<config>'} lacks {' / '.join(keys)}")
 
         vocab = cfg.get("embedding_size") or cfg.get("vocab_size")
         if cfg.get("mask_token_id") is None and (flavour, vocab) in REAL_MASK_IDS:
@@ -133,7 +133,7 @@ class ModelConfig:
             common["bos_token_id"] = int(cfg["bos_token_id"])
         if "d_model" in cfg:  # LLaDA, OLMo-style keys
             if cfg.get("weight_tying"):
-                raise ConfigError("weight_tying=true is not a LLaDA checkpoint layout we know; expected false")
+                raise ModelConfigError("weight_tying=true is not a LLaDA checkpoint layout we know; expected false")
             n_heads = int(need("n_heads"))
             return cls(
                 vocab_size=int(cfg.get("embedding_size") or need("vocab_size")),

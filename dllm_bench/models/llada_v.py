@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from PIL import Image
 from torch import nn
 
-from .config import ConfigError, ModelConfig
+from .config import ModelConfig, ModelConfigError
 from .image_processing import (
     AnyResConfig,
     ProcessedImage,
@@ -75,14 +75,14 @@ class VisionSettings:
     def __post_init__(self) -> None:
         n = self.tower["num_hidden_layers"]
         if not 1 <= self.layers_used <= n:
-            raise ConfigError(
+            raise ModelConfigError(
                 f"mm_vision_select_layer {self.select_layer} selects no layer of a {n}-layer vision tower; "
                 f"allowed: -{n} .. -1 or 1 .. {n}"
             )
         if not re.fullmatch(r"linear|mlp\d+x_gelu", self.projector_type):
-            raise ConfigError(f"mm_projector_type {self.projector_type!r} is not supported; allowed: linear, mlp<N>x_gelu")
+            raise ModelConfigError(f"mm_projector_type {self.projector_type!r} is not supported; allowed: linear, mlp<N>x_gelu")
         if self.anyres.tile_size != self.tower["image_size"]:
-            raise ConfigError(f"image tiles of {self.anyres.tile_size} px do not fit a {self.tower['image_size']} px tower")
+            raise ModelConfigError(f"image tiles of {self.anyres.tile_size} px do not fit a {self.tower['image_size']} px tower")
 
     @property
     def layers_used(self) -> int:
@@ -100,7 +100,7 @@ class VisionSettings:
         tower = {k: tower[k] for k in SIGLIP_SO400M_384}
         mm_hidden = raw.get("mm_hidden_size")
         if mm_hidden is not None and int(mm_hidden) != tower["hidden_size"]:
-            raise ConfigError(f"mm_hidden_size {mm_hidden} differs from the vision tower's hidden_size {tower['hidden_size']}")
+            raise ModelConfigError(f"mm_hidden_size {mm_hidden} differs from the vision tower's hidden_size {tower['hidden_size']}")
         return cls(
             tower=tower,
             select_layer=int(raw.get("mm_vision_select_layer", -2)),
@@ -117,7 +117,7 @@ def language_config(raw: dict[str, Any], name_or_path: str = "") -> ModelConfig:
     tokenizer's ``<|startoftext|>`` is used.
     """
     if raw.get("model_type") not in (MODEL_TYPE, "llada"):
-        raise ConfigError(f"config.json of {name_or_path or '<config>'} has model_type {raw.get('model_type')!r}; expected {MODEL_TYPE!r}")
+        raise ModelConfigError(f"config.json of {name_or_path or '<config>'} has model_type {raw.get('model_type')!r}; expected {MODEL_TYPE!r}")
     cfg = {**raw, "model_type": "llada"}
     bos = cfg.get("bos_token_id")
     if bos is not None and not 0 <= int(bos) < int(cfg.get("vocab_size", 0)):

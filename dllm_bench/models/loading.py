@@ -32,7 +32,7 @@ from .network import DiffusionLM
 
 def parse_config(raw: dict[str, Any], name_or_path: str = "") -> ModelConfig:
     """The network config of a checkpoint's ``config.json`` (dense LLaDA / Dream, LLaDA-MoE or LLaDA-V's language
-    model) without reading anything else: a value the network does not compute raises ConfigError, in one line
+    model) without reading anything else: a value the network does not compute raises ModelConfigError, in one line
     naming the key (what a run's validation calls before any load)."""
     if is_llada_v_config(raw):
         from .llada_v import language_config

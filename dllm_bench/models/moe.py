@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import ConfigError, ModelConfig, _looks_instruct
+from .config import ModelConfig, ModelConfigError, _looks_instruct
 from .cpu_linear import Linear
 from .network import Block, DiffusionLM, RMSNorm
 from .tensor_names import speak_moe_names
@@ -66,11 +66,11 @@ class MoEConfig(ModelConfig):
 
         def need(key: str) -> Any:
             if cfg.get(key) is None:
-                raise ConfigError(f"{where} lacks {key}")
+                raise ModelConfigError(f"{where} lacks {key}")
             return cfg[key]
 
         def refuse(key: str, allowed: str) -> None:
-            raise ConfigError(f"{where} has {key}={cfg.get(key)!r}; the LLaDA-MoE network supports {allowed}")
+            raise ModelConfigError(f"{where} has {key}={cfg.get(key)!r}; the LLaDA-MoE network supports {allowed}")
 
         if cfg.get("rope_scaling") is not None:
             refuse("rope_scaling", "null")

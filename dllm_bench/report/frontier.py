@@ -10,18 +10,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dllm_bench.report.pareto import PARAM_LABELS, pareto_front, run_points, save_figure
+from dllm_bench.report.pareto import PARAM_LABELS, dominating, pareto_front, run_points, save_figure
 
 STORAGE_FILE = "search.db"
 # d3LLM's AUP constants (AUP_leaderboard/aup_utils.py): the quality weight's penalty and the accuracy window
 AUP_ALPHA = 3.0
 AUP_WINDOW = 5.0  # percentage points below the first (least parallel) point's accuracy
 ZOOM_POINTS = 12.0  # the plot's accuracy axis spans this many points below the best run (when runs fall below)
-
-
-def non_dominated(accuracy: np.ndarray, cost: np.ndarray) -> np.ndarray:
-    """Indices of the runs no other run beats on both accuracy (higher) and cost (lower), cheapest first."""
-    return pareto_front(np.asarray(cost, dtype=float), np.asarray(accuracy, dtype=float), larger_x_better=False)
 
 
 def hypervolume(accuracy: np.ndarray, nfe: np.ndarray, ref_nfe: float) -> float:
@@ -121,7 +116,7 @@ def summarise_fronts(studies: list[Study], runs: pd.DataFrame) -> tuple[pd.DataF
         if p.empty:
             continue
         ref = float(p["gen_length"].max())
-        idx = non_dominated(p["accuracy"].to_numpy(), p["nfe_mean"].to_numpy())
+        idx = pareto_front(p["nfe_mean"].to_numpy(), p["accuracy"].to_numpy(), larger_x_better=False)
         front = p.iloc[idx]
         tpf_idx = pareto_front(p["tokens_per_forward"].to_numpy(), p["accuracy"].to_numpy(), larger_x_better=True)
         summary.append({
@@ -160,8 +155,8 @@ def outside_runs(studies: list[Study], runs: pd.DataFrame) -> pd.DataFrame:
     beaten = []
     for _, row in points.iterrows():
         rivals = pd.concat(searched.get(row["method"], [pd.DataFrame(columns=["accuracy", "nfe_mean", "params"])]))
-        better = rivals[(rivals["accuracy"] >= row["accuracy"]) & (rivals["nfe_mean"] <= row["nfe_mean"])
-                        & ((rivals["accuracy"] > row["accuracy"]) | (rivals["nfe_mean"] < row["nfe_mean"]))]
+        better = rivals[dominating(rivals["nfe_mean"].to_numpy(), rivals["accuracy"].to_numpy(), row["nfe_mean"],
+                                   row["accuracy"], larger_x_better=False)]
         beaten.append("; ".join(f"{r['params']} ({r['accuracy']:.1f} %, NFE {r['nfe_mean']:.2f})"
                                 for _, r in better.sort_values("nfe_mean").iterrows()))
     points["dominated_by"] = beaten

@@ -44,6 +44,17 @@ def pareto_front(x: np.ndarray, y: np.ndarray, larger_x_better: bool) -> np.ndar
     return order[y[order] > running]
 
 
+def dominating(x: np.ndarray, y: np.ndarray, x0: float, y0: float, larger_x_better: bool) -> np.ndarray:
+    """Mask of the points that dominate (x0, y0): y at least as high, x at least as good, better in one.
+
+    ``pareto_front`` keeps exactly the points (one of each duplicate) that no point dominates."""
+    x = np.asarray(x, dtype=float)
+    y = np.asarray(y, dtype=float)
+    x_ge = x >= x0 if larger_x_better else x <= x0
+    x_gt = x > x0 if larger_x_better else x < x0
+    return (y >= y0) & x_ge & ((y > y0) | x_gt)
+
+
 def _number_column(runs: pd.DataFrame, column: str) -> pd.Series:
     """A numeric column, NaN where absent or empty."""
     if column not in runs.columns:

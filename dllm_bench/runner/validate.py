@@ -18,8 +18,7 @@ import torch
 from omegaconf import DictConfig
 
 from dllm_bench.decoding.config import CACHES, POLICIES, POLICY_CLASSES, SELECTORS, builder_parameters
-from dllm_bench.models.config import MODEL_TYPES
-from dllm_bench.models.config import ConfigError as ModelConfigError
+from dllm_bench.models.config import MODEL_TYPES, ModelConfigError
 from dllm_bench.models.loading import parse_config
 from dllm_bench.runner.components import NO_RULE, build_spec
 from dllm_bench.runner.config import to_container
@@ -33,9 +32,9 @@ DTYPES = (None, "float32", "bfloat16", "float16")
 COUNT_RULES = ("cut", "nonstop", "canvas", "all")
 PRECISIONS = ("float64", "float32", "bfloat16", "float16", "model")
 POLICY_FLAVOURS = {"dpad": ("llada",), "dream": ("dream",), "dream_threshold": ("dream",), "wino": ("llada",)}
-# (config group, builder kind, names the builder knows)
-DECODING_GROUPS = (("policy", "policy", POLICIES), ("rule", "selector", (*SELECTORS, NO_RULE)),
-                   ("cache", "cache", tuple(CACHES)))
+# (config group, builder kind, the registry of names the builder knows: read at each check, so a method
+# registered after this import is known too)
+DECODING_GROUPS = (("policy", "policy", POLICIES), ("rule", "selector", SELECTORS), ("cache", "cache", CACHES))
 DATA_KEYS = ("data_files", "data_file", "data_dir", "data_path")
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 RENAMED = {"selector": "rule"}  # keys of earlier releases -> the group that replaced them
@@ -116,7 +115,7 @@ def check_keys(c: dict[str, Any]) -> None:
     _check_types("model.", c["model"], ModelSettings)
     for group, kind, names in DECODING_GROUPS:
         name = c[group].get("name")
-        _choice(f"{group}.name", name, names)
+        _choice(f"{group}.name", name, (*names, NO_RULE) if group == "rule" else names)
         _unknown(f"{group}.", f"for {group} {name!r}", c[group], ("name", *(builder_parameters(kind, name) or ())))
         if name != NO_RULE or group != "rule":
             _check_types(f"{group}.", c[group], _decoding_class(kind, name))

@@ -1,38 +1,25 @@
-"""Benchmark registry: `get_task(name, **cfg)` builds a Task; modules are imported only when asked for."""
+"""Benchmark registry: `get_task(name, **cfg)` builds a Task; importing this package registers every task module.
+
+Adding a task: a module here with a ``@register``-ed ``Task`` subclass (its ``name``), and ``conf/task/<name>.yaml``
+holding its settings (docs/tasks.md).
+"""
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
-from dllm_bench.tasks.base import Score, Task, TaskConfig
+from dllm_bench.decoding.params import import_submodules
+from dllm_bench.tasks.base import TASKS, Score, Task, TaskConfig, register
 from dllm_bench.tasks.chat import render_prompt
 
-# name -> (module, class, fixed keyword arguments)
-_REGISTRY: dict[str, tuple[str, str, dict[str, Any]]] = {
-    "gsm8k": ("dllm_bench.tasks.gsm8k", "GSM8K", {}),
-    "gsm8k_cot": ("dllm_bench.tasks.gsm8k", "GSM8KCoT", {}),
-    "minerva_math": ("dllm_bench.tasks.minerva_math", "MinervaMath", {}),
-    "minerva_math500": ("dllm_bench.tasks.minerva_math", "MinervaMath500", {}),
-    "humaneval": ("dllm_bench.tasks.humaneval", "HumanEval", {}),
-    "mbpp": ("dllm_bench.tasks.mbpp", "MBPP", {}),
-    "gpqa_main": ("dllm_bench.tasks.gpqa", "GPQA", {"subset": "gpqa_main"}),
-    "gpqa_diamond": ("dllm_bench.tasks.gpqa", "GPQA", {"subset": "gpqa_diamond"}),
-    "mathvista": ("dllm_bench.tasks.mathvista", "MathVista", {}),
-    "mathverse": ("dllm_bench.tasks.mathverse", "MathVerse", {}),
-    "sudoku": ("dllm_bench.tasks.sudoku", "SudokuTask", {}),
-}
-
-TASKS: tuple[str, ...] = tuple(_REGISTRY)
+import_submodules(__name__, __path__)
 
 
 def get_task(name: str, **cfg: Any) -> Task:
     """Build the task called `name` with config `cfg` (limit, offset, num_fewshot, data_files, rank, ...)."""
-    if name not in _REGISTRY:
-        raise KeyError(f"unknown task {name!r}; choose one of: {', '.join(TASKS)}")
-    module, cls_name, fixed = _REGISTRY[name]
-    cls = getattr(importlib.import_module(module), cls_name)
-    return cls(**fixed, **cfg)
+    if name not in TASKS:
+        raise KeyError(f"unknown task {name!r}; choose one of: {', '.join(sorted(TASKS))}")
+    return TASKS[name](**cfg)
 
 
-__all__ = ["TASKS", "Score", "Task", "TaskConfig", "get_task", "render_prompt"]
+__all__ = ["TASKS", "Score", "Task", "TaskConfig", "get_task", "register", "render_prompt"]

@@ -5,6 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from dllm_bench.decoding.params import Registry
+
+# name -> task class, filled by ``@register`` where each task is defined (the registry style of rules and caches)
+TASKS = Registry("task")
+register = TASKS.register
+
 
 @dataclass(frozen=True)
 class Score:

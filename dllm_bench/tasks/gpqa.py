@@ -13,13 +13,12 @@ import unicodedata
 from functools import lru_cache
 from random import Random
 
-from dllm_bench.tasks.base import Score, Task
+from dllm_bench.tasks.base import Score, Task, register
 from dllm_bench.tasks.data import load_rows
 from dllm_bench.tasks.fewshot import SeededFewshotSampler
 from dllm_bench.tasks.gsm8k import FALLBACK, regex_filter
 
 FIELDS = ("Question", "Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3")
-SUBSETS = ("gpqa_main", "gpqa_diamond", "gpqa_extended")
 DESCRIPTION = (
     "Here are some example questions from experts. Answer the final question yourself, following the format "
     "of the previous questions exactly.\n"
@@ -100,19 +99,16 @@ class GPQA(Task):
     two choices identical; and its flexible filter's choice-text alternation in choice order.
     """
 
-    name = "gpqa"
+    name = ""  # a subset: GPQAMain, GPQADiamond
     default_num_fewshot = 5
     stop_strings = ("</s>", "Question:", "<|im_end|>")
 
-    def __init__(self, *, subset: str = "gpqa_main", filter: str = "flexible-extract", shuffle_seed: int = 0,
-                 fewshot_seed: int = 1234, **cfg) -> None:
+    def __init__(self, *, filter: str = "flexible-extract", shuffle_seed: int = 0, fewshot_seed: int = 1234,
+                 **cfg) -> None:
         super().__init__(**cfg)
-        if subset not in SUBSETS:
-            raise ValueError(f"subset={subset!r}: expected one of {SUBSETS}")
         if filter not in FILTERS:
             raise ValueError(f"filter={filter!r}: expected one of {FILTERS}")
-        self.subset, self.filter = subset, filter
-        self.name = subset
+        self.subset, self.filter = self.name, filter  # the subset's file and hub name are the task's name
         self.shuffle_seed, self.fewshot_seed = shuffle_seed, fewshot_seed
         self._sampler: SeededFewshotSampler | None = None
 
@@ -172,3 +168,17 @@ class GPQA(Task):
 
 def _content(doc: dict) -> tuple:
     return doc["Question"], tuple(doc["choices"]), doc["answer"]
+
+
+@register
+class GPQAMain(GPQA):
+    """GPQA's main set (448 questions)."""
+
+    name = "gpqa_main"
+
+
+@register
+class GPQADiamond(GPQA):
+    """GPQA's diamond set (198 questions)."""
+
+    name = "gpqa_diamond"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from dllm_bench.tasks.base import Score, Task
+from dllm_bench.tasks.base import Score, Task, register
 from dllm_bench.tasks.data import load_rows
 from dllm_bench.tasks.fewshot import SeededFewshotSampler
 
@@ -73,6 +73,7 @@ def gold_number(answer: str) -> str:
     return answer.split("####")[-1].strip()
 
 
+@register
 class GSM8K(Task):
     """lm-eval `gsm8k`: 'Question: ..\\nAnswer:' with full worked answers as shots; exact match after a filter."""
 
@@ -164,6 +165,7 @@ class GSM8K(Task):
         )
 
 
+@register
 class GSM8KCoT(GSM8K):
     """lm-eval `gsm8k_cot`: 8 fixed 'Q: .. A: .. The answer is N.' exemplars; the gold is the bare number."""
 

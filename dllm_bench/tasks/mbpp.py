@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dllm_bench.tasks.base import register
 from dllm_bench.tasks.code_extract import cut_at_stops, fenced_blocks
 from dllm_bench.tasks.data import load_rows
 from dllm_bench.tasks.executed import ExecutedTask
@@ -34,6 +35,7 @@ def render_question(text: str, tests: list[str] | tuple[str, ...]) -> str:
             f"\n\n{tests[0]}\n{tests[1]}\n{tests[2]}\n[BEGIN]\n")
 
 
+@register
 class MBPP(ExecutedTask):
     """lm-eval `mbpp`: 3 fixed shots, stop at '[DONE]', pass@1 = the row's asserts run to the end.
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dllm_bench.tasks.base import Score, Task
+from dllm_bench.tasks.base import Score, Task, register
 from dllm_bench.tasks.data import check_fields, load_hub_rows, load_rows, read_rows, resolve_local
 from dllm_bench.tasks.minerva_paper import paper_exemplars, paper_gold
 
@@ -94,6 +94,7 @@ def math_equivalent(gold_latex: str, completion: str) -> tuple[bool, str | None]
     return verify_text(f"$\\boxed{{{gold_latex}}}$", completion)
 
 
+@register
 class MinervaMath(Task):
     """lm-eval `minerva_math` prompts on the full MATH test set (5000); equivalence by math-verify.
 
@@ -159,6 +160,7 @@ class MinervaMath(Task):
                      details={"math_verify_parsed": None if parsed is None else str(parsed), "scoring": self.scoring})
 
 
+@register
 class MinervaMath500(MinervaMath):
     """The same prompt and scorer on MATH-500 (the PRM800K 500-problem test subset)."""
 

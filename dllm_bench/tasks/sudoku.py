@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from dllm_bench.tasks.base import Score, Task
+from dllm_bench.tasks.base import Score, Task, register
 from dllm_bench.tasks.data import read_rows
 from dllm_bench.tasks.sudoku_puzzles import (
     CELLS,
@@ -25,6 +25,7 @@ from dllm_bench.tasks.sudoku_puzzles import (
 SUDOKU_STOP_STRINGS = ("<|eot_id|>", "<|endoftext|>", "<|im_end|>")
 
 
+@register
 class SudokuTask(Task):
     """The 500 shipped held-out 4x4 puzzles (or `data_files` in the same JSONL format)."""
 

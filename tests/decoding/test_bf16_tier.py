@@ -4,8 +4,8 @@
   recorded from Fast-dLLM's Dream files under each ATen kernel width; how: the file's ``note``); the logits themselves are pinned in
   tests/models/test_published_logits.py.
 - Every policy x rule x cache decodes to the end in bf16, and a batch decodes each prompt as it decodes alone:
-  the Fast-dLLM / SlowFast / dLLM-Cache matrix in full; the field's rules and policies (KLASS, PC-Sampler, ...,
-  WINO, DPad) without a cache and the later caches (dKV, Sparse-dLLM, d2Cache), once each where they run.
+  the Fast-dLLM / SlowFast / dLLM-Cache matrix in full; every other policy, rule and cache option once, in the
+  setting the methods accept and on each flavour it runs on (``dllm_bench.runner.combinations.exercises``).
   That holds for rows of equal length (no padding), which is how these prompts batch. A left-padded row is not
   bit-identical: its attention sums over more keys (the padded ones weigh 0), the kernel blocks the sums
   differently, and the logits move by a rounding step (about 1e-5 in float32, 0.125 in bf16), which in bf16
@@ -31,6 +31,7 @@ from dllm_bench.decoding import (
     generate,
 )
 from dllm_bench.models import load_model
+from dllm_bench.runner.combinations import exercises
 from dllm_bench.tasks.sudoku import SudokuTask
 from dllm_bench.tiny.encoding import DEFAULT_GEN_LENGTH, encode_batch
 
@@ -56,28 +57,9 @@ DREAM_RULES = {
     "slowfast_dream": ("slowfast", {"preset": "dream"}, None, {}),
 }
 CACHES = {"none": {}, "prefix": {}, "dual": {}, "dllm": {"prompt_interval": 4, "response_interval": 2, "verify_ratio": 0.25}}
-# the field's rules and policies, each once without a cache (flavours: where the published code runs them)
-FIELD = {
-    "klass": ("blocks", {}, "klass", {}),
-    "pc_sampler": ("blocks", {"steps": G}, "pc_sampler", {}),
-    "certainty_prior": ("blocks", {"steps": G}, "certainty_prior", {}),
-    "eb_sampler": ("blocks", {}, "eb_sampler", {"gamma": 0.01}),
-    "entropy_threshold": ("blocks", {}, "entropy_threshold", {}),
-    "hierarchy": ("blocks", {}, "hierarchy", {}),
-    "credit": ("blocks", {}, "credit", {}),
-    "local_leap": ("blocks", {}, "local_leap", {}),
-    "wino": ("wino", {}, None, {}),
-    "dpad": ("dpad", {}, "threshold", {"tau": 0.9}),
-    "random_order": ("blocks", {"steps": G}, "random_order", {}),
-}
-FIELD_FLAVOURS = {"wino": ("llada",)}  # WINO re-scores a token at its own position: refused on Dream's shift
-# the later caches, each once per flavour it runs on: name -> (its parameters, {flavour: the setting it runs})
-FIELD_CACHES = {"dkv": ({"refresh_every": 4}, {"llada": "topk", "dream": "dream_entropy"}),  # each its published loop
-                "sparse_dllm": ({}, {"llada": "threshold"}),  # Sparse-dLLM: LLaDA only
-                "d2cache": ({}, {"llada": "threshold", "dream": "threshold"}),
-                "elastic": ({}, {"llada": "threshold", "dream": "threshold"}),
-                "dkv_greedy": ({}, {"llada": "random_order"})}  # dKV-Cache-Greedy: LLaDA, its drawn order
-CACHE_PARAMS = {**CACHES, **{name: params for name, (params, _) in FIELD_CACHES.items()}}
+# every method once (runner.combinations.exercises: each policy, rule and cache option in a setting the methods
+# accept, on each flavour it runs on), beside the paper matrix above
+EXERCISES = {e.label: e for e in exercises(gen_length=G, block_length=BLOCK)}
 # whole-answer policies decode with one block
 WHOLE = ("dream", "dream_threshold")
 # the fast lane: one setting per cache and per policy family; the rest of the matrix is marked slow
@@ -91,16 +73,25 @@ def _model(flavour: str):
 
 
 @cache
-def _prompts(flavour: str, n: int) -> torch.Tensor:
+def _encoded(flavour: str, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     model, rows = _model(flavour), SudokuTask(limit=n).docs()
-    return encode_batch(model.tokenizer, model.config, [r["puzzle"] for r in rows], [r["solution"] for r in rows], G)[0]
+    return encode_batch(model.tokenizer, model.config, [r["puzzle"] for r in rows], [r["solution"] for r in rows], G)
+
+
+def _prompts(flavour: str, n: int) -> torch.Tensor:
+    return _encoded(flavour, n)[0]
+
+
+def _answers(flavour: str) -> torch.Tensor:
+    """The first two puzzles' solutions [2, G]: the oracle rule's reference (other rules ignore it)."""
+    return _encoded(flavour, 2)[1]
 
 
 def _decode(flavour: str, setting: tuple, cache_name: str, ids: torch.Tensor):
     policy, params, selector, sparams = setting
     block = G if policy in WHOLE or params.get("preset") == "dream" else BLOCK
     decoding = Decoding(G, block, build_policy(policy, **params), build_selector(selector, **sparams) if selector else None,
-                        build_cache(cache_name, **CACHE_PARAMS[cache_name]))
+                        build_cache(cache_name, **CACHES[cache_name]))
     spec = DecodeSpec(decoding, Sampling(confidence_precision=PRECISION[flavour]))
     with torch.no_grad():
         return generate(_model(flavour), ids, torch.ones_like(ids), spec)
@@ -112,27 +103,45 @@ def _cases():
             for cache_name in CACHES if name != "dream_threshold" else ("none",):  # that policy refuses a cache
                 marks = [] if (flavour, name, cache_name) in FAST else [pytest.mark.slow]
                 yield pytest.param(flavour, name, cache_name, marks=marks, id=f"{flavour}-{name}-{cache_name}")
-    for flavour in ("llada", "dream"):
-        for name in FIELD:
-            if flavour in FIELD_FLAVOURS.get(name, (flavour,)):
-                yield pytest.param(flavour, name, "none", marks=[pytest.mark.slow], id=f"{flavour}-{name}-none")
-        for cache_name, (_, settings) in FIELD_CACHES.items():
-            if flavour in settings:
-                yield pytest.param(flavour, settings[flavour], cache_name, marks=[pytest.mark.slow],
-                                   id=f"{flavour}-{settings[flavour]}-{cache_name}")
+
+
+def _in_paper_matrix(exercise) -> bool:
+    s = exercise.setting
+    if s.cache not in CACHES:
+        return False
+    return (s.policy == "blocks" and s.rule in RULES) or s.policy in RULES or (
+        exercise.flavour == "dream" and s.policy in DREAM_RULES)
+
+
+def _check_batched_equals_alone(flavour: str, decode) -> None:
+    ids = _prompts(flavour, 2)
+    batched = decode(ids)
+    assert _model(flavour).dtype == torch.bfloat16
+    assert not (batched.tokens == _model(flavour).config.mask_token_id).any(), "masks left in the answer"
+    for i in range(ids.shape[0]):
+        alone = decode(ids[i : i + 1])
+        assert batched.tokens[i].tolist() == alone.tokens[0].tolist(), f"row {i}"
+        assert batched.records[i].nfe == alone.records[0].nfe, f"row {i}"
 
 
 @pytest.mark.parametrize("flavour,name,cache_name", list(_cases()))
 def test_bf16_decode_batched_equals_alone(flavour: str, name: str, cache_name: str) -> None:
-    setting = {**RULES, **DREAM_RULES, **FIELD}[name]
-    ids = _prompts(flavour, 2)
-    batched = _decode(flavour, setting, cache_name, ids)
-    assert _model(flavour).dtype == torch.bfloat16
-    assert not (batched.tokens == _model(flavour).config.mask_token_id).any(), "masks left in the answer"
-    for i in range(ids.shape[0]):
-        alone = _decode(flavour, setting, cache_name, ids[i : i + 1])
-        assert batched.tokens[i].tolist() == alone.tokens[0].tolist(), f"row {i}"
-        assert batched.records[i].nfe == alone.records[0].nfe, f"row {i}"
+    setting = {**RULES, **DREAM_RULES}[name]
+    _check_batched_equals_alone(flavour, lambda ids: _decode(flavour, setting, cache_name, ids))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("label", [label for label, e in EXERCISES.items() if not _in_paper_matrix(e)])
+def test_bf16_each_method_decodes_batched_as_alone(label: str) -> None:
+    exercise = EXERCISES[label]
+    spec = DecodeSpec(exercise.setting.decoding(), Sampling(confidence_precision=PRECISION[exercise.flavour]))
+    model = _model(exercise.flavour)
+
+    def decode(ids):
+        with torch.no_grad():
+            return generate(model, ids, torch.ones_like(ids), spec, reference=_answers(exercise.flavour)[: len(ids)])
+
+    _check_batched_equals_alone(exercise.flavour, decode)
 
 
 @pytest.mark.parametrize("alg", [pytest.param(a, marks=[] if a == "entropy" else [pytest.mark.slow])

@@ -229,3 +229,5 @@ def test_pc_sampler_is_a_fixed_count_rule_of_blocks():
     check_combination(build_policy("blocks", steps=24), rule, build_cache("dual"), gen_length=24, block_length=8)
     with pytest.raises(ValueError, match="^rule 'pc_sampler' ranks the positions of a block of policy 'blocks'"):
         check_combination(build_policy("dpad", steps=24), rule, build_cache("none"), gen_length=24, block_length=8)
+    with pytest.raises(ValueError, match="^rule 'pc_sampler' needs a fixed-step schedule"):  # not a crash mid-decode
+        check_combination(build_policy("blocks"), rule, build_cache("none"), gen_length=24, block_length=8)

@@ -26,26 +26,22 @@ def _model(counting, flavour):
 
 
 def _settings():
-    import importlib.util
-    from pathlib import Path
+    from dllm_bench.runner.combinations import exercises
 
-    path = Path(__file__).resolve().parents[2] / "scripts" / "count_syncs.py"
-    spec = importlib.util.spec_from_file_location("count_syncs_settings", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return list(module.SETTINGS)
+    return [e.label for e in exercises(gen_length=GEN, block_length=BLOCK)]
 
 
 @pytest.mark.parametrize("setting", _settings())
 def test_batch_1_stays_within_the_sync_budget_with_the_cpu_path_tokens(counting, setting):
-    model = _model(counting, counting.SETTINGS[setting][0])
+    exercise = counting.settings(GEN, BLOCK)[setting]
+    model = _model(counting, exercise.flavour)
     prompts = counting.sudoku_prompts(model, 1)
     spec = counting.decode_spec(setting, GEN, BLOCK)
     counted = counting.count(model, prompts, spec)
-    budget = counting.SETTINGS[setting][-1]
+    budget = counting.budget(exercise)
     assert counted["total"] <= budget * counted["steps"], (setting, counted["by_op"])
     with torch.no_grad():
-        cpu = generate(model, prompts, None, spec)
+        cpu = generate(model, prompts, None, spec, reference=counting.reference(model, 1, GEN))
     assert torch.equal(counted["tokens"], cpu.tokens) and counted["nfe"] == [r.nfe for r in cpu.records]
 
 
@@ -64,7 +60,7 @@ def test_the_accelerator_path_decodes_a_padded_batch_as_the_cpu_path(counting):
     model = _model(counting, "llada")
     rows = counting.sudoku_prompts(model, 3).tolist()
     ids, mask = left_pad([rows[0], rows[1][3:], rows[2][5:]], model.config.pad_token_id)
-    for setting in ("blocks/threshold/dual", "blocks/frechet/prefix", "blocks/threshold/dllm"):
+    for setting in ("blocks/threshold/dual@llada", "blocks/threshold/prefix@llada", "blocks/threshold/dllm@llada"):
         spec = counting.decode_spec(setting, GEN, BLOCK)
         with torch.no_grad():
             cpu = generate(model, ids, mask, spec)

@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import dllm_bench.models
-from dllm_bench.models import CheckpointError, ConfigError, load_model
+from dllm_bench.models import CheckpointError, ModelConfigError, load_model
 from dllm_bench.models.tiny_format import save_checkpoint
 
 REF = Path(dllm_bench.models.__file__).parent / "reference_configs"
@@ -118,7 +118,7 @@ def test_wrong_model_type(llada_copy: Path) -> None:
     cfg = json.loads((llada_copy / "config.json").read_text())
     cfg["model_type"] = "bert"
     (llada_copy / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(ConfigError, match=r"model_type 'bert'.*allowed.*llada"):
+    with pytest.raises(ModelConfigError, match=r"model_type 'bert'.*allowed.*llada"):
         load_model(llada_copy)
 
 

@@ -25,7 +25,7 @@ from safetensors.torch import load_file
 
 from dllm_bench.models import load_model
 from dllm_bench.models.cache import FeatureCache, KVCache
-from dllm_bench.models.config import ConfigError, ModelConfig
+from dllm_bench.models.config import ModelConfig, ModelConfigError
 from dllm_bench.models.moe import MoEConfig, MoEDiffusionLM
 from dllm_bench.models.tensor_names import moe_canonical_name, moe_checkpoint_name
 from dllm_bench.models.tiny_moe import make_random_moe_checkpoint
@@ -158,7 +158,7 @@ def test_tensor_names_round_trip_and_follow_the_published_layout():
     ("moe_layer_freq", [1]), ("tie_word_embeddings", True), ("hidden_act", "gelu"),
 ])
 def test_moe_config_refuses_what_the_network_does_not_do(key, value):
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(ModelConfigError) as err:
         MoEConfig.from_hf_config({**_config(), key: value})
     assert key in str(err.value) and "\n" not in str(err.value)
 
@@ -171,11 +171,11 @@ def test_dense_load_refuses_a_config_it_does_not_understand(tmp_path, key, value
     ref = Path(__file__).parents[2] / "dllm_bench/models/reference_configs/dream-v0-base-7b/config.json"
     raw = {**json.loads(ref.read_text()), key: value}
     if key == "num_experts":  # a dense config with an expert count is not a LLaDA-MoE config either
-        with pytest.raises(ConfigError, match="num_experts"):
+        with pytest.raises(ModelConfigError, match="num_experts"):
             ModelConfig.from_hf_config(raw)
         return
     (tmp_path / "config.json").write_text(json.dumps(raw))
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(ModelConfigError) as err:
         load_model(tmp_path, device="meta")
     assert key in str(err.value) and "\n" not in str(err.value)
 

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dllm_bench.report.frontier import Study, aup, hypervolume, non_dominated, outside_runs, summarise_fronts
+from dllm_bench.report.frontier import Study, aup, hypervolume, outside_runs, summarise_fronts
+from dllm_bench.report.pareto import dominating, pareto_front
 from dllm_bench.runner.summary import wilson_interval
 
 # Small integer grids make ties (equal accuracy or equal NFE, duplicate runs) frequent.
@@ -42,10 +43,12 @@ def union_area(pts: list[tuple[float, float]], ref_nfe: float) -> float:
 def test_front_is_the_set_of_non_dominated_runs(pts):
     acc = np.array([p[0] for p in pts], dtype=float)
     nfe = np.array([p[1] for p in pts], dtype=float)
-    idx = non_dominated(acc, nfe)
+    idx = pareto_front(nfe, acc, larger_x_better=False)
     assert {(acc[i], nfe[i]) for i in idx} == brute_front([(float(a), float(n)) for a, n in pts])
     assert len(idx) == len({(acc[i], nfe[i]) for i in idx})  # duplicates of a front run appear once
     assert list(nfe[idx]) == sorted(nfe[idx])  # cheapest first
+    undominated = {(acc[i], nfe[i]) for i in range(len(pts)) if not dominating(nfe, acc, nfe[i], acc[i], False).any()}
+    assert undominated == {(acc[i], nfe[i]) for i in idx}  # the one dominance test agrees with the front
 
 
 @settings(max_examples=200, deadline=None)

@@ -14,6 +14,7 @@ from hydra.core.global_hydra import GlobalHydra
 
 import dllm_bench.runner.store as store_module
 from dllm_bench.run import main
+from dllm_bench.runner.combinations import options
 
 SUDOKU = Path(__file__).resolve().parents[2] / "dllm_bench" / "tasks" / "sudoku_data" / "sudoku_test.jsonl"
 
@@ -158,7 +159,7 @@ def test_empty_selection_refused(base, tmp_path, selection, needle, run_cli):
 
 def test_hydra_errors_are_one_line(base, run_cli):
     code, lines = run_cli(*base, "rule=bogus")
-    assert_one_line(code, lines, "rule='bogus' is not allowed: choose one of certainty_prior, credit, eb_sampler, entropy_threshold, factor, frechet, hierarchy, klass, local_leap, none, oracle, pc_sampler, random_order, threshold, topk")
+    assert_one_line(code, lines, f"rule='bogus' is not allowed: choose one of {', '.join(options('rule'))} (files in conf/rule/)")
     assert "search path" not in lines[0]
 
 

@@ -1,4 +1,9 @@
-"""Every policy x rule pair either runs on the tiny model or is refused before loading, with its documented reason."""
+"""Every policy x rule pair either runs on the tiny model or is refused before loading, with the methods' own reason.
+
+The pairs are the conf groups' options; whether a pair runs, and with what steps and block length, is asked of the
+methods (``dllm_bench.runner.combinations``: their builders and ``check_combination``), so a new rule or policy
+is covered here by its own files alone.
+"""
 
 from __future__ import annotations
 
@@ -7,84 +12,81 @@ import json
 import pytest
 from hydra import compose, initialize_config_dir
 
-from dllm_bench.decoding import build_policy
+from dllm_bench.decoding.config import POLICIES
+from dllm_bench.decoding.rules import RULES
+from dllm_bench.runner.combinations import Refused, find_setting, option_name, options
+from dllm_bench.runner.components import NO_RULE
 from dllm_bench.runner.config import CONF_DIR
 from dllm_bench.runner.execute import execute
 from dllm_bench.runner.validate import ConfigError, validate_config
 
-POLICIES = ("blocks", "dpad", "dream", "dream_threshold", "slowfast_code", "slowfast_paper", "slowfast_dream",
-            "wino")
-RULES = ("topk", "threshold", "factor", "frechet", "oracle", "eb_sampler", "entropy_threshold", "hierarchy",
-         "local_leap", "credit", "klass", "pc_sampler", "certainty_prior", "random_order", "none")
-FIXED = ("topk", "pc_sampler", "certainty_prior", "random_order")  # the policy's count per step (policy.steps)
-ADAPTIVE = tuple(r for r in RULES if r not in (*FIXED, "none"))
-SLOWFAST = ("slowfast_code", "slowfast_paper", "slowfast_dream")
-DREAM_MODEL = ("dream", "dream_threshold", "slowfast_dream")  # whole-canvas policies, run on the tiny Dream
-RUNS = "runs"
-# The documented outcome of each pair (docs/decoding.md, "Policy x rule"): RUNS, or the refusal's reason.
-EXPECTED = {
-    **{("blocks", r): RUNS for r in (*FIXED, *ADAPTIVE)},
-    ("blocks", "none"): "policy 'blocks' has no commit rule of its own",
-    **{("dpad", r): RUNS for r in ("topk", *ADAPTIVE) if r not in ("credit", "klass")},
+PAIRS = [(p, r) for p in options("policy") for r in options("rule")]
+TINY = {"llada": "tiny_llada", "dream": "tiny_dream"}
+# Refusals the docs quote (docs/decoding.md, "Policy x rule"): the derived reasons must keep saying them.
+DOCUMENTED = {
+    ("blocks", NO_RULE): "policy 'blocks' has no commit rule of its own",
+    ("dream", "threshold"): "policy 'dream' commits its timestep schedule's count ranked by its alg, so rule must be none",
+    ("slowfast_code", "topk"): "policy 'slowfast' takes an adaptive rule for its fast phase",
+    ("slowfast_code", "entropy_threshold"): "policy 'slowfast' explores by top-1 probability",
+    ("wino", "threshold"): "policy 'wino' has its own commit rule",
     ("dpad", "klass"): "rule 'klass' counts its steps per block of policy 'blocks'",
-    ("dpad", "pc_sampler"): "rule 'pc_sampler' ranks the positions of a block of policy 'blocks'",
-    ("dpad", "certainty_prior"): "rule 'certainty_prior' needs a fixed-step schedule: policy 'blocks' with steps",
     ("dpad", "credit"): "rule 'credit' keeps its credit per block of policy 'blocks'",
-    ("dpad", "random_order"): "rule 'random_order' commits a fixed count per step in a block's drawn order: it "
-                              "needs policy 'blocks' with steps",
-    ("dpad", "none"): "policy 'dpad' has no commit rule of its own",
-    **{("dream", r): "policy 'dream' commits its timestep schedule's count ranked by its alg, so rule must be none"
-       for r in RULES if r != "none"},
-    ("dream", "none"): RUNS,
-    **{("dream_threshold", r): "dream_threshold" for r in RULES if r != "none"},
-    ("dream_threshold", "none"): RUNS,
-    **{(p, r): RUNS for p in SLOWFAST for r in ("threshold", "factor", "frechet", "oracle", "hierarchy", "local_leap",
-                                                 "none")},
-    **{(p, r): "policy 'slowfast' takes an adaptive rule for its fast phase" for p in SLOWFAST for r in FIXED},
-    **{(p, r): "policy 'slowfast' explores by top-1 probability" for p in SLOWFAST
-       for r in ("eb_sampler", "entropy_threshold")},
-    **{(p, "credit"): "rule 'credit' keeps its credit per block of policy 'blocks'" for p in SLOWFAST},
-    **{("wino", r): "policy 'wino' has its own commit rule" for r in RULES if r != "none"},
-    ("wino", "none"): RUNS,
-    **{(p, "klass"): "rule 'klass' counts its steps per block of policy 'blocks'" for p in SLOWFAST},
 }
 
 
-def has_policy(name: str) -> bool:
+def runner_overrides(policy: str, rule: str, tmp_path) -> tuple[list[str], str | None]:
+    """The runner's overrides of a pair (its setting where it runs, as configured where refused) and the reason
+    it is refused (None where it runs)."""
     try:
-        build_policy(name, steps=24)
-    except ValueError as err:
-        return "is not one of" not in str(err)
-    return True
+        setting, reason = find_setting(policy, rule), None
+    except Refused as err:
+        setting, reason = err.setting, str(err)
+    model = TINY[setting.flavours[0]] if setting.flavours else TINY["llada"]
+    return [*setting.overrides(), f"model={model}", *common(tmp_path)], reason
 
 
-def overrides(policy: str, rule: str, tmp_path) -> list[str]:
-    out = [f"policy={policy}", f"rule={rule}", f"output_dir={tmp_path}", "limit=2", "batch_size=2", "warmup=0",
-           "progress=false", "num_threads=1"]
-    if policy in DREAM_MODEL:
-        out += ["model=tiny_dream", "block_length=24"]
-    if policy in ("dream", "dream_threshold") or (policy in ("blocks", "dpad") and rule in FIXED):
-        out.append("policy.steps=24")
-    return out
+def common(tmp_path) -> list[str]:
+    return [f"output_dir={tmp_path}", "limit=2", "batch_size=2", "warmup=0", "progress=false", "num_threads=1"]
 
 
-def test_the_expectations_cover_every_pair():
-    assert set(EXPECTED) == {(p, r) for p in POLICIES for r in RULES}
-    assert {p.stem for p in (CONF_DIR / "policy").glob("*.yaml")} == set(POLICIES)
-    assert {p.stem for p in (CONF_DIR / "rule").glob("*.yaml")} == set(RULES)
+def test_every_option_names_a_registered_method_and_every_method_has_an_option():
+    policies = {option_name("policy", o) for o in options("policy")}
+    rules = {option_name("rule", o) for o in options("rule")}
+    assert policies == set(POLICIES)
+    assert rules == {*RULES, NO_RULE}
+    assert all(option_name("rule", o) == o for o in options("rule"))  # a rule's option is its name
+
+
+@pytest.mark.parametrize("pair", list(DOCUMENTED), ids=lambda p: "-".join(p))
+def test_the_documented_refusals_are_the_derived_reasons(pair):
+    with pytest.raises(Refused, match=DOCUMENTED[pair]):
+        find_setting(*pair)
+
+
+def test_every_policy_runs_with_some_rule_and_every_rule_with_some_policy():
+    running = [pair for pair in PAIRS if not _refused(*pair)]
+    assert {p for p, _ in running} == set(options("policy"))
+    assert {r for _, r in running} == set(options("rule"))
+
+
+def _refused(policy: str, rule: str) -> bool:
+    try:
+        find_setting(policy, rule)
+    except Refused:
+        return True
+    return False
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("policy, rule", list(EXPECTED), ids=lambda x: x)
+@pytest.mark.parametrize("policy, rule", PAIRS, ids=lambda x: x)
 def test_pair_runs_or_is_refused_with_its_reason(policy, rule, tmp_path):
-    if policy == "dream_threshold" and not has_policy("dream_threshold"):
-        pytest.skip("build_policy('dream_threshold') is unknown here (the dreampolicy stream adds it)")
+    overrides, reason = runner_overrides(policy, rule, tmp_path)
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=overrides(policy, rule, tmp_path))
-    expected = EXPECTED[(policy, rule)]
-    if expected != RUNS:
-        with pytest.raises(ConfigError, match=expected):
+        cfg = compose("config", overrides=overrides)
+    if reason is not None:
+        with pytest.raises(ConfigError) as err:
             validate_config(cfg)
+        assert reason in str(err.value) and "\n" not in str(err.value)
         return
     row = execute(cfg)
     assert row["n_samples"] == 2 and row["nfe_mean"] >= 1

@@ -9,8 +9,8 @@ from lm_eval.utils import simple_parse_args_string
 
 from dllm_bench.decoding.config import DLLMCache, FrechetSelector, SlowFastPolicy
 from dllm_bench.lm_eval_adapter import OLD_NAMES, adapter_run_config
+from dllm_bench.runner.combinations import Refused, find_setting, first_rule, option_name, options
 from dllm_bench.runner.components import build_spec
-from dllm_bench.runner.config import CONF_DIR
 from dllm_bench.runner.validate import ConfigError
 
 pytestmark = pytest.mark.fast  # the inner loop: make test-fast
@@ -32,20 +32,31 @@ def test_the_runner_keys_build_the_runners_spec():
     assert (d.gen_length, d.block_length, d.early_stop) == (64, 64, False)
 
 
+def reachable_setting(group: str, option: str):
+    """A setting that runs ``option`` of ``group``, asked of the methods (runner.combinations), policy blocks first."""
+    policies = sorted(options("policy"), key=lambda p: p != "blocks")
+    if group == "policy":
+        return first_rule(option)
+    if group == "rule":
+        return next((s for p in policies if (s := _setting(p, option)) is not None), None)
+    return next((s for p in policies if (s := first_rule(p, option)) is not None), None)
+
+
+def _setting(policy: str, rule: str):
+    try:
+        return find_setting(policy, rule)
+    except Refused:
+        return None
+
+
 @pytest.mark.parametrize("group", ["policy", "rule", "cache"])
 def test_every_option_of_every_group_is_reachable(group):
-    needs = {"dream": "policy.steps=256,gen_length=256,block_length=256",
-             "dream_threshold": "policy.steps=256,gen_length=256,block_length=256",
-             "slowfast_dream": "gen_length=256,block_length=256", "topk": "policy.steps=256",
-             "pc_sampler": "policy.steps=256", "certainty_prior": "policy.steps=256",
-             "random_order": "policy.steps=256", "dkv_greedy": "rule=random_order,policy.steps=256",
-             **{c: "rule=topk,policy.steps=256" for c in ("dkv", "dkv_refresh4", "dkv_refresh16")}}
-    for option in sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml")):
-        extra = needs.get(option, "")
-        if group == "rule" and option == "none":
-            extra = "policy=slowfast_code"
-        spec = spec_of(f"pretrained=/w,{group}={option}" + (f",{extra}" if extra else ""))
-        assert spec.decoding is not None
+    for option in options(group):
+        setting = reachable_setting(group, option)
+        assert setting is not None, f"{group}={option} runs with no policy, rule and cache option"
+        spec = spec_of(",".join(["pretrained=/w", *setting.overrides()]))
+        built = getattr(spec.decoding, "selector" if group == "rule" else group)
+        assert (built.name if built is not None else "none") == option_name(group, option)
 
 
 @pytest.mark.parametrize(("model_args", "message"), [
@@ -56,8 +67,7 @@ def test_every_option_of_every_group_is_reachable(group):
     ("rule=frechet,rule.delta=high", "rule.delta='high' is not allowed: a number is required"),
     ("rule=frechet,rule.delta=1.5", "frechet delta must be in [0, 1), got 1.5"),
     ("cache=dllm,refresh_interval=4", "refresh_interval=4 is not allowed: unknown key at the top level"),
-    ("cache=nope", "cache='nope' is not allowed: choose one of d2cache, d2cache_semi_ar, dkv, dkv_greedy, dkv_refresh16, "
-                   "dkv_refresh4, dllm, dual, elastic, none, prefix, sparse_dllm"),
+    ("cache=nope", f"cache='nope' is not allowed: choose one of {', '.join(options('cache'))} (files in conf/cache/)"),
     ("limit=5", "limit=5 is not allowed: lm-eval's own options choose the documents"),
     ("model=GSAI-ML/LLaDA-8B-Instruct", "the checkpoint itself goes in pretrained="),
 ])

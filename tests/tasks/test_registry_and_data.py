@@ -19,6 +19,32 @@ def test_registry_lists_every_benchmark_and_rejects_unknown_names():
         get_task("gsm9k")
 
 
+def test_every_registered_task_has_its_conf_file_and_each_conf_file_a_task():
+    from dllm_bench.runner.config import CONF_DIR
+
+    assert {p.stem for p in (CONF_DIR / "task").glob("*.yaml")} == set(TASKS)
+    for name, cls in TASKS.items():
+        assert cls.name == name and get_task(name, limit=1).name == name
+
+
+def test_a_task_registered_at_runtime_is_built_by_name():
+    from dllm_bench.tasks.base import Task, register
+
+    try:
+        @register
+        class Echo(Task):
+            """A task whose gold is its prompt."""
+
+            name = "echo_test_task"
+
+        assert get_task("echo_test_task", limit=2).config.limit == 2
+        with pytest.raises(TypeError, match="registered twice"):
+            register(type("Echo2", (Task,), {"name": "echo_test_task"}))
+    finally:
+        TASKS.pop("echo_test_task", None)
+    assert "echo_test_task" not in TASKS
+
+
 @pytest.mark.parametrize("cfg, message", [
     ({"limit": -1}, "limit=-1"), ({"offset": -2}, "offset=-2"), ({"num_fewshot": -1}, "num_fewshot=-1"),
     ({"rank": 2, "world_size": 2}, "rank=2"), ({"world_size": 0}, "world_size=0"),

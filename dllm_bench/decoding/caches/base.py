@@ -131,6 +131,8 @@ class CacheBase:
     shorter_canvas: ClassVar[bool] = False
     stores: ClassVar[tuple[str, ...]] = ("k", "v")
     flavours: ClassVar[tuple[str, ...]] = ("llada", "dream")
+    # host reads per decoding step at batch 1 it stays within (scripts/count_syncs.py, tests/decoding/test_sync_budget.py)
+    sync_budget: ClassVar[int] = 3
 
     @property
     def force_first(self) -> bool:

@@ -132,6 +132,7 @@ class D2Cache(CacheBase):
     inflate_w: int = 0
     top_up: bool = False
     name: ClassVar[str] = "d2cache"
+    sync_budget: ClassVar[int] = 5  # two more than the engine's: its query set's width and the candidates that forward queried
     def check(self) -> None:
         if not 0 <= self.rollout_p <= 1:
             raise ValueError(f"d2cache rollout_p must be in [0, 1], got {self.rollout_p}")

@@ -51,6 +51,7 @@ class DKVGreedyCache(DKVCache):
     refresh_every: int = 2
     window: int = 4
     name: ClassVar[str] = "dkv_greedy"
+    sync_budget: ClassVar[int] = 4  # a row's commit count (it bounds the window walk) and its query set's width
     flavours: ClassVar[tuple[str, ...]] = ("llada",)
     loops: ClassVar[dict[str, str]] = {"llada": "blocks"}
 

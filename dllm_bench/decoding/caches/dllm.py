@@ -37,6 +37,7 @@ class DLLMCache(CacheBase):
     layer0_always: bool = True
     verify_compat: bool = False
     name: ClassVar[str] = "dllm"
+    sync_budget: ClassVar[int] = 5  # its refresh schedule and verify set
     shorter_canvas: ClassVar[bool] = True
     stores: ClassVar[tuple[str, ...]] = ("k", "v", "attn", "ffn")
 

@@ -71,6 +71,7 @@ class ElasticCache(CacheBase):
     track_num: int = 1
     refresh_drifting_layer: bool = False
     name: ClassVar[str] = "elastic"
+    sync_budget: ClassVar[int] = 4  # one more than dual: its refresh decision (the layer each row's drift test fired at)
     # per layer and position: k, v, and the rotated query and the input stream, each the size of attn / ffn's entry
     stores: ClassVar[tuple[str, ...]] = ("k", "v", "attn", "ffn")
 

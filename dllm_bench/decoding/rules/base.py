@@ -75,6 +75,8 @@ class RuleBase:
     # True: a measure given in Sampling(confidence=...) replaces ``measure`` (rules comparing a probability-like
     # score); False: the rule's thresholds are in its own measure's units (an entropy), so any other is refused
     measure_overridable: ClassVar[bool] = True
+    # host reads per decoding step at batch 1 it stays within (scripts/count_syncs.py, tests/decoding/test_sync_budget.py)
+    sync_budget: ClassVar[int] = 3
 
     @property
     def measure(self) -> str:

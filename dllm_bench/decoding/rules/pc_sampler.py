@@ -73,6 +73,8 @@ class PCSampler(RuleBase):
         if getattr(policy, "name", None) != "blocks":
             raise ValueError(f"rule 'pc_sampler' ranks the positions of a block of policy 'blocks', got policy "
                              f"{policy.name!r}")
+        if policy.steps is None:
+            raise ValueError("rule 'pc_sampler' needs a fixed-step schedule: policy 'blocks' with steps (an integer)")
 
     def score(self, ctx: StepContext) -> torch.Tensor:
         """The calibrated, position-decayed score of every answer position (float32, -inf off candidates)."""

@@ -34,8 +34,8 @@ class TopKSelector(RuleBase):
             raise ValueError(f"topk remasking {self.remasking!r} is not one of {', '.join(REMASKING)}")
 
     def check_combination(self, *, policy, cache, gen_length: int, block_length: int) -> None:
-        if getattr(policy, "name", None) == "blocks" and policy.steps is None:
-            raise ValueError("rule 'topk' needs a fixed-step schedule: policy 'blocks' with steps (an integer)")
+        if getattr(policy, "name", None) in ("blocks", "dpad") and policy.steps is None:
+            raise ValueError(f"rule 'topk' needs a fixed-step schedule: policy {policy.name!r} with steps (an integer)")
 
     def commit(self, ctx: StepContext) -> torch.Tensor:
         if ctx.quota is None:
