@@ -32,7 +32,7 @@ FLAVOURS = ("llada", "dream")
 DTYPES = (None, "float32", "bfloat16", "float16")
 COUNT_RULES = ("cut", "nonstop", "canvas", "all")
 PRECISIONS = ("float64", "float32", "bfloat16", "float16", "model")
-POLICY_FLAVOURS = {"dpad": ("llada",), "dream": ("dream",), "dream_threshold": ("dream",), "wino": ("llada",)}
+POLICY_FLAVOURS = {name: cls.flavours for name, cls in POLICIES.items()}  # each policy declares its own
 # (config group, builder kind, names the builder knows)
 DECODING_GROUPS = (("policy", "policy", POLICIES), ("rule", "selector", (*SELECTORS, NO_RULE)),
                    ("cache", "cache", tuple(CACHES)))
