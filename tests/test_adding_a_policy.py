@@ -1,9 +1,6 @@
 """A policy added in its own files is covered by every list the suite, the scripts and the docs keep: registered
-here at runtime with its conf YAML in a copy of conf/, run through the registry-driven checks, then removed.
-
-Today a policy is registered by hand in ``decoding/config.py`` (``POLICY_CLASSES``, the ``POLICIES`` tuple and
-``build_policy``'s ladder); ``register_policy`` below is the one place that knows it. With a ``POLICIES`` registry
-it becomes ``POLICIES.register(cls)`` (and ``POLICIES.pop(name)`` after).
+here at runtime (``decoding.policies.register``, as its own file would) with its conf YAML in a copy of conf/, run
+through the registry-driven checks, then removed.
 """
 
 from __future__ import annotations
@@ -37,23 +34,11 @@ class RenamedBlockPolicy(BlockPolicy):
 
 
 def register_policy(monkeypatch: pytest.MonkeyPatch, cls: type) -> None:
-    """Register a policy class for the test's duration (the current API: the hand dict, the names tuple the
-    validator holds and the builder's ladder)."""
-    import dllm_bench.runner.combinations as combinations
-    import dllm_bench.runner.components as components
-    import dllm_bench.runner.validate as validate
+    """Register a policy class for the test's duration, as its own file's ``@register`` does (removed on undo)."""
+    from dllm_bench.decoding.policies import POLICIES, register
 
-    monkeypatch.setitem(decoding_config.POLICY_CLASSES, cls.name, cls)
-    names = (*decoding_config.POLICIES, cls.name)
-    monkeypatch.setattr(decoding_config, "POLICIES", names)
-    monkeypatch.setattr(validate, "DECODING_GROUPS", (("policy", "policy", names), *validate.DECODING_GROUPS[1:]))
-    build = decoding_config.build_policy
-
-    def build_policy(name: str, **params):
-        return cls(**params) if name == cls.name else build(name, **params)
-
-    for module in (decoding_config, components, combinations):
-        monkeypatch.setattr(module, "build_policy", build_policy)
+    monkeypatch.setitem(POLICIES, cls.name, cls)  # undone when the test ends: the entry goes
+    register(cls)  # the decorator accepts the class it already holds under that name
 
 
 @pytest.fixture()

@@ -29,6 +29,14 @@ CHUNK_BYTES = 1 << 30
 PRECISIONS = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+def row_generators(seed: int | Sequence[int], batch: int, device: torch.device) -> list[torch.Generator]:
+    """One generator per row, seeded with ``seed`` (an int for every row, or one int per row)."""
+    seeds = [seed] * batch if isinstance(seed, int) else list(seed)
+    if len(seeds) != batch:
+        raise ValueError(f"seed must be an int or one int per row ({batch}), got {len(seeds)} seeds")
+    return [torch.Generator(device=device).manual_seed(int(s)) for s in seeds]
+
+
 def resolve_precision(precision: str | torch.dtype | None, model_dtype: torch.dtype) -> torch.dtype:
     """Confidence dtype from a name ('float64', ..., 'model' = the logits' dtype) or a torch dtype."""
     if isinstance(precision, torch.dtype):

@@ -1,22 +1,23 @@
-"""The generate loop: policy -> forward (under a cache) -> confidences at candidates -> commit -> account."""
+"""The generate loop: policy -> forward (under a cache) -> confidences at candidates -> commit -> account.
+
+One loop for every policy, rule and cache: it calls their declared hooks, whose defaults do nothing."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from dllm_bench.decoding.accounting import SampleRecord, StepTrace, count_generated_tokens
-from dllm_bench.decoding.confidence import Workspace, candidate_predictions, resolve_precision
+from dllm_bench.decoding.confidence import Workspace, candidate_predictions, resolve_precision, row_generators
 from dllm_bench.decoding.config import Cache, Policy, Selector
 from dllm_bench.decoding.forward import ForwardResult, ForwardRunner, HostView
-from dllm_bench.decoding.policies import DPadPolicy
 from dllm_bench.decoding.rules import StepContext
-from dllm_bench.decoding.selectors import frechet_gap_sorted, sort_candidates
+from dllm_bench.decoding.rules.base import NO_RULE_HOOKS
+from dllm_bench.decoding.selectors import sort_candidates
 from dllm_bench.decoding.spec import DecodeSpec
-from dllm_bench.decoding.suffix_dropout import SuffixSampler
 from dllm_bench.models.host import host_reads_free
 
 
@@ -43,30 +44,18 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _row_generators(seed: int | Sequence[int], batch: int, device: torch.device) -> list[torch.Generator]:
-    seeds = [seed] * batch if isinstance(seed, int) else list(seed)
-    if len(seeds) != batch:
-        raise ValueError(f"seed must be an int or one int per row ({batch}), got {len(seeds)} seeds")
-    return [torch.Generator(device=device).manual_seed(int(s)) for s in seeds]
-
-
-def _trace_step(step: int, conf: torch.Tensor, cand: torch.Tensor, commit: torch.Tensor, frechet: bool):
-    """StepTrace per row (None for rows without candidates)."""
+def _trace_step(step: int, conf: torch.Tensor, cand: torch.Tensor, commit: torch.Tensor, rows: list[int],
+                rule) -> list[StepTrace]:
+    """StepTrace of each active row (``rows``), with the rule's own terms where it committed."""
     sorted_conf, _, n_cand = sort_candidates(conf, cand)
     n_commit = commit.sum(dim=1)
-    if frechet:
-        gap, core = frechet_gap_sorted(sorted_conf.to(torch.float64))
+    terms = {key: value.tolist() for key, value in rule.trace_terms(sorted_conf, n_commit).items()}
+    n_cand, n_commit = n_cand.tolist(), n_commit.tolist()
     out = []
-    for b in range(conf.shape[0]):
-        n = int(n_cand[b])
-        if n == 0:
-            out.append(None)
-            continue
-        k = int(n_commit[b])
-        entry = StepTrace(step, sorted_conf[b, :n].double().tolist(), k)
-        if frechet and k > 0:
-            entry.frechet_core = float(core[b, k - 1])
-            entry.frechet_bonus = float(gap[b, k - 1] - core[b, k - 1])
+    for b in rows:
+        entry = StepTrace(step, sorted_conf[b, : n_cand[b]].double().tolist(), n_commit[b])
+        for key, value in terms.items() if n_commit[b] > 0 else ():
+            setattr(entry, key, value[b])
         out.append(entry)
     return out
 
@@ -83,19 +72,23 @@ def generate(
     """Decode ``spec.decoding.gen_length`` masked positions after left-padded prompts; tokens and per-row records.
 
     ``attention_mask`` None = every prompt position is real; ``reference`` [B, gen_length] is the oracle rule's
-    reference decode; ``model_kwargs`` go to every forward (e.g. a vision model's image embeddings).
+    reference decode; ``model_kwargs`` go to every forward (e.g. a vision model's image embeddings). The loop
+    asks the policy, its rule and the cache through their hooks (``policies/base.py``, ``rules/base.py``,
+    ``caches/base.py``), never which one it holds.
     """
     if not isinstance(spec, DecodeSpec):
         raise TypeError(f"spec must be a DecodeSpec (dllm_bench.decoding.spec), got {type(spec).__name__}")
     gen_length, block_length = spec.decoding.gen_length, spec.decoding.block_length
     policy, selector, cache, early_stop = (spec.decoding.policy, spec.decoding.selector, spec.decoding.cache,
                                            spec.decoding.early_stop)
+    rule = NO_RULE_HOOKS if selector is None else selector  # the rule's hooks (defaults for a policy's own rule)
     sampling = spec.sampling
     confidence_precision, temperature, cfg_scale = sampling.confidence_precision, sampling.temperature, sampling.cfg_scale
     confidence_mask_in_softmax = sampling.confidence_mask_in_softmax
     forbidden_token_ids, seed = sampling.forbidden_token_ids, sampling.seed
     trace, tokenizer, stop_strings = spec.accounting.trace, spec.accounting.tokenizer, spec.accounting.stop_strings
-    flavour = getattr(getattr(model, "config", None), "flavour", None)
+    config = getattr(model, "config", None)
+    flavour = getattr(config, "flavour", None)
     if isinstance(flavour, str):
         cache.check_flavour(flavour, policy.name)
     if input_ids.dim() != 2:
@@ -104,14 +97,13 @@ def generate(
     mask_id = int(_config_value(model, "mask_token_id", spec.token_ids.mask))
     stop_token_ids, pad_token_id = spec.token_ids.stop, spec.token_ids.pad
     stops = list(stop_token_ids) if stop_token_ids is not None else list(getattr(model.config, "stop_token_ids", []) or [])
-    terminates = isinstance(policy, DPadPolicy) and policy.early_termination
+    ends_early = policy.ends_rows_early()  # what may end a row before its answer is committed (DPad's EOS check)
     if early_stop and not stops:
         raise ValueError("early_stop needs stop token ids (EOS/EoT) from spec.token_ids.stop or model.config")
-    if terminates and not stops:
-        raise ValueError("dpad early_termination needs stop token ids (EOS first) from spec.token_ids.stop or "
-                         "model.config")
+    if ends_early is not None and not stops:
+        raise ValueError(f"{ends_early} needs stop token ids (EOS first) from spec.token_ids.stop or model.config")
     if pad_token_id is None:
-        pad_token_id = getattr(getattr(model, "config", None), "pad_token_id", None)
+        pad_token_id = getattr(config, "pad_token_id", None)
     B, P = input_ids.shape
     G = gen_length
     device = input_ids.device
@@ -124,36 +116,24 @@ def generate(
 
     x = torch.cat([input_ids, torch.full((B, G), mask_id, dtype=input_ids.dtype, device=device)], dim=1)
     full_mask = torch.cat([attention_mask, torch.ones((B, G), dtype=attention_mask.dtype, device=device)], dim=1)
-    dropout = None
-    if isinstance(policy, DPadPolicy):
-        # its own generators: the dropout draws never shift a sampling row's noise
-        draws = _row_generators(seed, B, device) if policy.rng == "row" else [None] * B
-        dropout = SuffixSampler(policy.suffix_window or G, policy.sigma, policy.scale, G, draws, device)
     runner = ForwardRunner(model, cache, P, full_mask, model_kwargs, cfg_scale, mask_id, padded=padded,
-                           dropout=dropout)
+                           dropout=policy.dropout(G, seed, B, device))
     state = policy.init_state(B, G, block_length, device)
-    rule_state = selector.init_state(B, G, block_length, device) if selector is not None else None
+    rule_state = rule.init_state(B, G, block_length, device)
     # a rule whose commits are known before the forward (its own drawn order): the cache sees them in the host view;
     # it draws over each row's own canvas (real prompt + answer), as the row decoded alone would (one read a decode)
-    plans = hasattr(selector, "plan")
-    canvas_lengths = (attention_mask.sum(dim=1) + G).tolist() if plans else None
-    fuses = hasattr(selector, "fuse_logits")  # a rule that reads or changes the logits before the choice
-    watches = hasattr(selector, "watch")  # a rule that reads the logits of more positions than the candidates (KLASS)
-    frechet_trace = getattr(selector, "name", None) == "frechet"  # traces record the Fréchet gap's parts
+    canvas_lengths = (attention_mask.sum(dim=1) + G).tolist() if rule.plans else None
     samples = temperature > 0 or measure == "random"  # the predictions draw noise per row
     # one generator per row; a planning rule's draws come first in it, as the published loop draws its order
     # from the stream its sampling noise comes from
-    generators = _row_generators(seed, B, device) if (samples or plans) else None
+    generators = row_generators(seed, B, device) if (samples or rule.plans) else None
     workspace = Workspace()
     stop_ids = torch.tensor(stops, dtype=x.dtype, device=device) if stops and early_stop else None
+    stop_id = stops[0] if stops else None
     # the mask token is never a prediction: committing it would leave the position masked forever
     forbidden = tuple(dict.fromkeys([*forbidden_token_ids, *(() if confidence_mask_in_softmax else (mask_id,))]))
     unchosen = (mask_id,) if confidence_mask_in_softmax else ()
-    force_first = cache.force_first
-    shadow = getattr(policy, "shadow", False)
-    if shadow and getattr(getattr(model, "config", None), "shift_logits", False):
-        raise ValueError(f"policy {policy.name!r} re-scores a token at its own position, which a model with shifted "
-                         "logits (Dream) does not predict there: run it on a LLaDA-format model")
+    policy.check_model(config)
 
     # per-row counters stay on the device and are read once, after the loop
     active = torch.ones(B, dtype=torch.bool, device=device)
@@ -176,66 +156,52 @@ def generate(
             masked = answer == mask_id
             lo, hi = policy.window(state)
             cand = masked & (j >= lo.unsqueeze(1)) & (j < hi.unsqueeze(1)) & active.unsqueeze(1)
-            block_lo, block_hi = policy.block(state)
-            read = cand | selector.watch(rule_state, masked & active.unsqueeze(1), block_lo) if watches else cand
-            if plans:
-                order = selector.plan(rule_state, view.rows, view.block_lo, generators, canvas_lengths)
-                ahead = StepContext(order, cand, answer, masked, reference, state=rule_state, block=(block_lo, block_hi))
+            block = policy.block(state)
+            read = rule.read(rule_state, cand, masked, active, block[0])  # the candidates, or more (KLASS)
+            order = rule.plan(rule_state, view.rows, view.block_lo, generators, canvas_lengths)
+            if order is not None:  # the step's commits, known before its forward
+                ahead = StepContext(order, cand, answer, masked, reference, state=rule_state, block=block)
                 planned = policy.decide(state, ahead, selector)[0] & cand
                 view.planned = torch.where(planned, order, float("-inf"))
-            if shadow:  # the policy computes its own forward (WINO's shadow block)
-                results = [policy.shadow_forward(model, x, rows, state, cand, runner.mask, P, mask_id,
-                                                 runner.prompt_real)]
-            else:
-                results = runner.run(x, rows, read, view)
+            results = policy.forward(state, runner, x, rows, read, view)
             if dtype is None:
                 dtype = resolve_precision(confidence_precision, results[0].logits.dtype)
             conf = torch.full((B, G), float("-inf"), dtype=dtype, device=device)
             pred = torch.full((B, G), mask_id, dtype=x.dtype, device=device)
             refreshed = torch.zeros(B, dtype=torch.bool, device=device)
-            fuse = None
-            if fuses:  # the rule's logits at the candidates: rows target // G, answer positions target % G
-                def fuse(logits, target, lo=block_lo):
-                    return selector.fuse_logits(rule_state, logits, target // G, target % G, lo)
+
+            def fuse(logits, target, lo=block[0]):  # the rule's logits at rows target // G, positions target % G
+                return rule.fuse_logits(rule_state, logits, target // G, target % G, lo)
+
             for res in results:
                 _fill_predictions(res, read, conf, pred, P, G, measure, dtype, temperature, forbidden, unchosen,
                                   generators if samples else None, workspace, fuse)
                 positions.index_add_(0, res.rows, res.positions)
                 refreshed[res.rows] = res.refresh
-            if watches:  # positions read for the rule's state only are no candidates
+            if read is not cand:  # positions read for the rule's state only are no candidates
                 conf.masked_fill_(~cand, float("-inf"))
                 pred.masked_fill_(~cand, mask_id)
             nfe += active.long()
-            ctx = StepContext(conf, cand, pred, masked, reference, state=rule_state, block=(block_lo, block_hi))
+            ctx = StepContext(conf, cand, pred, masked, reference, state=rule_state, block=block)
             commit, tokens = policy.decide(state, ctx, selector)
-            if force_first:
-                first = torch.zeros_like(cand)
-                first.scatter_(1, block_lo.clamp(max=G - 1).unsqueeze(1), True)
-                first &= cand
-                # only where the block's first position is still open (a mid-block refresh leaves it to the rule)
-                forced = refreshed & first.any(dim=1)
-                commit = torch.where(forced.unsqueeze(1), first, commit)
+            commit = cache.adjust_commit(commit, cand, refreshed, block[0])
             commit &= cand
             answer.copy_(torch.where(commit, tokens, answer))
-            if shadow:  # WINO's narrow-out: decoded tokens the shadow block re-scored low are masked again
-                answer.copy_(torch.where(state.revoke & active.unsqueeze(1), mask_id, answer))
+            policy.revise(state, answer, active, mask_id)
             if trace:
-                for b, entry in enumerate(_trace_step(step, conf, cand, commit, frechet_trace)):
-                    if entry is not None:
-                        traces[b].append(entry)
+                for b, entry in zip(view.rows, _trace_step(step, conf, cand, commit, view.rows, rule), strict=True):
+                    traces[b].append(entry)
             now_masked = answer == mask_id
-            finished = policy.advance(state, now_masked, active) & active
+            finished = policy.finished(state, answer, now_masked, active, stop_id) & active
             if early_stop:
                 finished |= active & _answer_complete(answer, now_masked, stop_ids)
-            if terminates:  # DPad: a completed block holding EOS ends the row; the rest of its answer is EOS
-                finished |= active & policy.terminated(state, answer, stops[0])
             finish_step = torch.where(finished, step, finish_step)
             active &= ~finished
             step += 1
             view = _host_view(policy, state, active, now_masked)  # the step's one host read: it waits for the step to end
             step_times.append(time.perf_counter() - t0)
     tokens_out = x[:, P:].clone()
-    if early_stop or terminates:
+    if early_stop or ends_early is not None:
         tokens_out = torch.where(tokens_out == mask_id, stops[0], tokens_out)
     _check_no_mask(tokens_out, mask_id, policy, selector, cache)
     records = []
@@ -256,7 +222,7 @@ def generate(
 def _host_view(policy: Policy, state, active: torch.Tensor, masked: torch.Tensor) -> HostView:
     """The active rows with their block bounds, canvas limits and masked answer positions, in one host read."""
     lo, hi = policy.block(state)
-    limit = policy.canvas_limit(state) if hasattr(policy, "canvas_limit") else None
+    limit = policy.canvas_limit(state)
     parts = [active.long(), lo, hi, masked.sum(dim=1)] + ([limit] if limit is not None else [])
     values = torch.stack([p.to(torch.long) for p in parts]).tolist()
     rows = [b for b, a in enumerate(values[0]) if a]
@@ -271,7 +237,8 @@ def _check_no_mask(tokens: torch.Tensor, mask_id: int, policy: Policy, selector:
         rows = left.any(dim=1).nonzero().squeeze(1).tolist()
         raise RuntimeError(
             f"generate left {int(left.sum())} mask ids in rows {rows} (policy {policy!r}, selector "
-            f"{getattr(selector, 'name', None)!r}, cache {cache!r}): every answer position must be committed"
+            f"{None if selector is None else selector.name!r}, cache {cache!r}): every answer position must be "
+            "committed"
         )
 
 

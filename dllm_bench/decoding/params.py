@@ -1,4 +1,4 @@
-"""Strict parameters of the registered decoding parts (rules, caches): a frozen dataclass's init fields are its
+"""Strict parameters of the registered decoding parts (rules, caches, policies): a frozen dataclass's init fields are its
 parameters and their defaults the one place the defaults live; an unknown key or a value of the wrong type is
 refused in one line naming key, value and what is allowed."""
 
@@ -8,7 +8,7 @@ import importlib
 import pkgutil
 import types
 import typing
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import MISSING, fields
 from typing import Any
 
@@ -71,12 +71,14 @@ def build_strict(kind: str, registry: dict[str, type], name: str, params: dict[s
 
 
 class Registry(dict[str, type]):
-    """The registered dataclasses of one kind (rule, cache) by name: filled by ``register`` where each is defined,
-    built strictly by ``build``."""
+    """The registered dataclasses of one kind (rule, cache, policy) by name: filled by ``register`` where each is
+    defined, built strictly by ``build``; ``prepare(cls, params)`` turns a builder's keywords into the class's
+    parameters first (a policy's preset)."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, prepare: Callable[[type, dict[str, Any]], dict[str, Any]] | None = None) -> None:
         super().__init__()
         self.kind = kind
+        self.prepare = prepare
 
     def register(self, cls: type) -> type:
         """Class decorator: add a dataclass under its ``name`` (a second class under one name is an error)."""
@@ -99,6 +101,8 @@ class Registry(dict[str, type]):
 
     def build(self, name: str, **params: Any) -> Any:
         """``name`` with ``params`` (the rest at their defaults); ValueError names a bad key, value or range."""
+        if self.prepare is not None and name in self:
+            params = self.prepare(self[name], dict(params))
         return build_strict(self.kind, self, name, params)
 
 

@@ -21,7 +21,7 @@ from dllm_bench.decoding.config import (
     Selector,
     check_combination,
 )
-from dllm_bench.decoding.policies import DreamPolicy
+from dllm_bench.decoding.policies import POLICIES
 from dllm_bench.decoding.rules import RULES
 
 
@@ -54,6 +54,8 @@ class Decoding:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ValueError(f"{name} must be an integer, got {value!r}")
+        if not isinstance(self.policy, tuple(POLICIES.values())):
+            raise ValueError(f"policy must be a policy object (build_policy(name)), got {self.policy!r}")
         if self.selector is not None and not isinstance(self.selector, tuple(RULES.values())):
             raise ValueError(f"selector must be a selector object (build_selector(name)) or None, got {self.selector!r}")
         if not isinstance(self.cache, tuple(CACHES.values())):
@@ -134,9 +136,8 @@ class DecodeSpec:
         check_combination(d.policy, d.selector, d.cache, gen_length=d.gen_length, block_length=d.block_length,
                           cfg_scale=self.sampling.cfg_scale)
         given = self.sampling.confidence
-        if given is not None and hasattr(d.policy, "measure") and given != d.policy.measure:
-            what = f"dream alg {d.policy.alg!r}" if isinstance(d.policy, DreamPolicy) else f"policy {d.policy.name!r}"
-            raise ValueError(f"{what} uses confidence {d.policy.measure!r}, got {given!r}")
+        if given is not None:
+            d.policy.check_measure(given)
         rule = d.selector
         if given is not None and rule is not None and not rule.measure_overridable and given != rule.measure:
             raise ValueError(f"rule {rule.name!r} ranks by {rule.measure!r} (its parameters are in that measure's "
@@ -147,7 +148,7 @@ class DecodeSpec:
         """The confidence measure candidates are ranked by: the given one, else the policy's or the remasking's."""
         if self.sampling.confidence is not None:
             return self.sampling.confidence
-        if hasattr(self.decoding.policy, "measure"):
+        if self.decoding.policy.measure is not None:
             return self.decoding.policy.measure
         return "top1_prob" if self.decoding.selector is None else self.decoding.selector.measure
 

@@ -53,9 +53,9 @@ def option_name(group: str, option: str, conf_dir: Path | None = None) -> str:
 
 def policy_flavours(policy: str) -> tuple[str, ...]:
     """The model flavours a policy runs on (the runner refuses others)."""
-    from dllm_bench.runner.validate import POLICY_FLAVOURS
+    from dllm_bench.runner.validate import policy_flavours as declared
 
-    return POLICY_FLAVOURS.get(policy, FLAVOURS)
+    return declared(policy)
 
 
 def flavours(policy: str, cache_name: str) -> tuple[str, ...]:

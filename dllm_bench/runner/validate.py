@@ -31,7 +31,6 @@ FLAVOURS = ("llada", "dream")
 DTYPES = (None, "float32", "bfloat16", "float16")
 COUNT_RULES = ("cut", "nonstop", "canvas", "all")
 PRECISIONS = ("float64", "float32", "bfloat16", "float16", "model")
-POLICY_FLAVOURS = {"dpad": ("llada",), "dream": ("dream",), "dream_threshold": ("dream",), "wino": ("llada",)}
 # (config group, builder kind, the registry of names the builder knows: read at each check, so a method
 # registered after this import is known too)
 DECODING_GROUPS = (("policy", "policy", POLICIES), ("rule", "selector", SELECTORS), ("cache", "cache", CACHES))
@@ -130,9 +129,16 @@ def check_decoding(c: dict[str, Any]) -> None:
         raise ConfigError(f"{choice}: {err}") from None
 
 
+def policy_flavours(policy: str) -> tuple[str, ...]:
+    """The model flavours a policy runs on, as it declares them (``flavours``; every flavour for an unknown name,
+    which its own check refuses)."""
+    cls = POLICIES.get(policy)
+    return tuple(cls.flavours) if cls is not None and cls.flavours else FLAVOURS
+
+
 def _validate_combination(c: dict[str, Any], task: Task) -> None:
     policy, flavour = c["policy"]["name"], c["model"]["flavour"]
-    flavours = POLICY_FLAVOURS.get(policy, FLAVOURS)
+    flavours = policy_flavours(policy)
     if flavour not in flavours:
         _fail("model.flavour", flavour, f"policy {policy!r} runs on {', '.join(flavours)} models only")
     cache = c["cache"]["name"]

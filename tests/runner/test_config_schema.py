@@ -100,7 +100,7 @@ SWITCHES = [
     (["policy=slowfast_code", "gen_length=24", "block_length=24"], "policy.variant", "dream", 0),
     *[(["policy=dpad"], f"policy.{k}", v, 0) for k, v in [
         ("suffix_window", 8), ("sigma", 3.0), ("scale", 2.3), ("early_termination", False), ("rng", "global")]],
-    (["policy=dpad", "rule=topk"], "policy.steps", 24, 0),
+    (["policy=dpad", "rule=topk", "policy.steps=12"], "policy.steps", 24, 0),  # topk needs steps: 12 -> 24
     (["policy=wino"], "policy.threshold", 0.5, 0),
     (["policy=wino"], "policy.threshold_back", 0.95, 0),
     (["rule=klass"], "rule.conf_threshold", 0.9, 1),

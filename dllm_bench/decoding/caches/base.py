@@ -108,6 +108,10 @@ class Cache(Protocol):
     def force_first(self) -> bool:
         """A refresh forward commits only the block's first position (Fast-dLLM's Dream loop with a cache)."""
 
+    def adjust_commit(self, commit: torch.Tensor, candidates: torch.Tensor, refreshed: torch.Tensor,
+                      block_lo: torch.Tensor) -> torch.Tensor:
+        """The step's commit mask [B, G] given which rows' forward was a refresh ([B] bool) and their block starts."""
+
     def check(self) -> None:
         """Raise ValueError (one line naming the value and the allowed range) for a parameter out of range."""
 
@@ -137,6 +141,10 @@ class CacheBase:
     @property
     def force_first(self) -> bool:
         return False
+
+    def adjust_commit(self, commit: torch.Tensor, candidates: torch.Tensor, refreshed: torch.Tensor,
+                      block_lo: torch.Tensor) -> torch.Tensor:
+        return commit
 
     def __post_init__(self) -> None:
         self.check()

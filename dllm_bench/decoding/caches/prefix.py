@@ -32,6 +32,18 @@ class PrefixCache(CacheBase):
     def force_first(self) -> bool:
         return self.compat_first_token
 
+    def adjust_commit(self, commit: torch.Tensor, candidates: torch.Tensor, refreshed: torch.Tensor,
+                      block_lo: torch.Tensor) -> torch.Tensor:
+        """``compat_first_token``: a refresh commits only the block's first position, where it is still open (a
+        mid-block refresh leaves the step to the rule)."""
+        if not self.compat_first_token:
+            return commit
+        first = torch.zeros_like(candidates)
+        first.scatter_(1, block_lo.clamp(max=candidates.shape[1] - 1).unsqueeze(1), True)
+        first &= candidates
+        forced = refreshed & first.any(dim=1)
+        return torch.where(forced.unsqueeze(1), first, commit)
+
     def check(self) -> None:
         if self.refresh_every is not None and self.refresh_every < 1:
             raise ValueError(f"{self.name} refresh_every must be >= 1 or None, got {self.refresh_every}")

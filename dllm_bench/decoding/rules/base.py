@@ -5,17 +5,20 @@ published defaults, the one place they live), registered with ``@register``. It 
 candidates by (``measure``, a name of ``confidence.MEASURES``), whether it is adaptive (commits a data-dependent
 count, a block runs until full) or follows a policy's fixed count, and the state it keeps across steps
 (``init_state``; None = none). ``commit(ctx)`` returns the commit mask; a rule that writes other tokens than the
-predictions also defines ``tokens(ctx)``. Two optional hooks reach the logits: ``fuse_logits(state, logits,
-row, position, block_lo)`` sees the logits at the positions read and returns the ones the choice is made from (it
-may only record them), ``watch(state, masked, block_lo)`` names positions read beyond the candidates (never
-committed), ``plan(state, rows, block_lo, generators, canvas_lengths)`` (a rule whose commits need no logits,
-``random_order``) returns the order it commits by before the forward, so the engine can tell the cache the step's
-commits (``HostView.planned``). Parameters are strict: an unknown key or a value of the wrong type is
+predictions also defines ``tokens(ctx)``. Optional hooks, with do-nothing defaults in :class:`RuleBase` that the
+engine calls every step: ``read(state, candidates, masked, active, block_lo)`` names the positions whose logits
+the step reads (the candidates; KLASS adds the positions it watches, never committed), ``fuse_logits(state,
+logits, row, position, block_lo)`` sees the logits at the positions read and returns the ones the choice is made
+from (it may only record them), ``plan(state, rows, block_lo, generators, canvas_lengths)`` (a rule whose commits
+need no logits, ``random_order``, declared by ``plans``) returns the order it commits by before the forward, so
+the engine can tell the cache the step's commits (``HostView.planned``), and ``trace_terms`` adds the rule's own
+terms to a step's trace (Fréchet's gap). Parameters are strict: an unknown key or a value of the wrong type is
 refused in one line naming key, value and what is allowed; ``check()`` refuses values out of range.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
@@ -91,14 +94,43 @@ class RuleBase:
     def init_state(self, batch: int, gen_length: int, block_length: int, device: torch.device) -> Any:
         return None
 
+    # its commits are known before the forward (``plan``: an order drawn from each row's generator over the row's
+    # canvas length, which the engine then provides)
+    plans: ClassVar[bool] = False
+
     def tokens(self, ctx: StepContext) -> torch.Tensor:
         """Tokens written at committed positions (the predictions)."""
         return ctx.prediction
+
+    def read(self, state: Any, candidates: torch.Tensor, masked: torch.Tensor, active: torch.Tensor,
+             block_lo: torch.Tensor) -> torch.Tensor:
+        """[B, G] positions whose logits the step reads: the candidates (``masked``: the answer's masks, ``active``
+        [B] the rows still decoding)."""
+        return candidates
+
+    def fuse_logits(self, state: Any, logits: torch.Tensor, row: torch.Tensor, position: torch.Tensor,
+                    block_lo: torch.Tensor) -> torch.Tensor:
+        """The logits [n, V] the choice is made from, given those at rows ``row`` and answer positions ``position``
+        [n] of the positions read (unchanged)."""
+        return logits
+
+    def plan(self, state: Any, rows: Sequence[int], block_lo: Sequence[int], generators: Sequence[torch.Generator],
+             canvas_lengths: Sequence[int]) -> torch.Tensor | None:
+        """The [B, G] order the step commits by (the higher, the earlier), known before the forward; None = the
+        logits decide."""
+        return None
+
+    def trace_terms(self, sorted_confidences: torch.Tensor, n_committed: torch.Tensor) -> dict[str, torch.Tensor]:
+        """[B] values of the rule's own ``StepTrace`` fields at each row's committed count (rows committing at least
+        one): none here."""
+        return {}
 
     def check_combination(self, *, policy: Any, cache: Any, gen_length: int, block_length: int) -> None:
         """Raise ValueError where the published code never ran this rule with that policy or cache."""
         return None
 
+
+NO_RULE_HOOKS = RuleBase()  # the rule hooks where a policy commits by its own rule (no rule): the defaults
 
 RULES = Registry("rule")
 register = RULES.register  # class decorator: add a rule dataclass to ``RULES`` under its name
@@ -109,5 +141,4 @@ build_rule = RULES.build
 
 def rule_tokens(rule, ctx: StepContext) -> torch.Tensor:
     """Tokens a rule writes at its committed positions."""
-    tokens = getattr(rule, "tokens", None)
-    return ctx.prediction if tokens is None else tokens(ctx)
+    return rule.tokens(ctx)

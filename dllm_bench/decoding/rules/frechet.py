@@ -8,7 +8,7 @@ from typing import ClassVar
 import torch
 
 from dllm_bench.decoding.rules.base import RuleBase, StepContext, register
-from dllm_bench.decoding.selectors import frechet_commit_mask
+from dllm_bench.decoding.selectors import frechet_commit_mask, frechet_gap_sorted
 
 
 @register
@@ -25,3 +25,10 @@ class FrechetSelector(RuleBase):
 
     def commit(self, ctx: StepContext) -> torch.Tensor:
         return frechet_commit_mask(ctx.confidence, ctx.candidates, self.delta)
+
+    def trace_terms(self, sorted_confidences: torch.Tensor, n_committed: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The Fréchet gap at the committed count split into its factor core and heterogeneity bonus."""
+        gap, core = frechet_gap_sorted(sorted_confidences.to(torch.float64))
+        at = (n_committed - 1).clamp(min=0).unsqueeze(1)
+        core_n, gap_n = core.gather(1, at).squeeze(1), gap.gather(1, at).squeeze(1)
+        return {"frechet_core": core_n, "frechet_bonus": gap_n - core_n}

@@ -105,6 +105,11 @@ class KLASS(RuleBase):
         lo = block_lo.unsqueeze(1)
         return masked & (j >= lo) & (j < lo + state.slots)
 
+    def read(self, state: KlassState, candidates: torch.Tensor, masked: torch.Tensor, active: torch.Tensor,
+             block_lo: torch.Tensor) -> torch.Tensor:
+        """The candidates and the positions it watches (their logits feed its KL history only)."""
+        return candidates | self.watch(state, masked & active.unsqueeze(1), block_lo)
+
     def fuse_logits(self, state: KlassState, logits: torch.Tensor, row: torch.Tensor, position: torch.Tensor,
                     block_lo: torch.Tensor) -> torch.Tensor:
         """Record the KL of each read position (rows ``row``, answer positions ``position``); logits unchanged."""

@@ -32,6 +32,7 @@ class RandomOrder(RuleBase):
 
     name: ClassVar[str] = "random_order"
     adaptive: ClassVar[bool] = False
+    plans: ClassVar[bool] = True
 
     def check_combination(self, *, policy, cache, gen_length: int, block_length: int) -> None:
         if getattr(policy, "name", None) != "blocks" or policy.steps is None:

@@ -1,0 +1,36 @@
+"""Decoding policies, one file each; importing this package registers every module in it (``base.POLICIES``).
+
+Adding a policy: a file here with a ``@register``-ed frozen dataclass subclassing ``PolicyBase`` (its state, its
+``init_state``, ``block``, ``decide``, ``advance``, and the hooks it changes), and ``conf/policy/<name>.yaml``
+holding its parameters at their defaults (tests/decoding/test_defaults_agree.py checks they agree).
+docs/architecture.md describes the protocol.
+"""
+
+from __future__ import annotations
+
+from dllm_bench.decoding.params import import_submodules
+from dllm_bench.decoding.policies.base import (
+    POLICIES,
+    Policy,
+    PolicyBase,
+    build_policy,
+    policy_defaults,
+    policy_parameters,
+    register,
+    span_mask,
+)
+from dllm_bench.decoding.rules.base import StepContext
+
+import_submodules(__name__, __path__)
+
+from dllm_bench.decoding.policies.blocks import BlockPolicy, BlockState  # noqa: E402
+from dllm_bench.decoding.policies.dpad import DPadPolicy, DPadState  # noqa: E402
+from dllm_bench.decoding.policies.dream import DREAM_ALGORITHMS, DreamPolicy, DreamState  # noqa: E402
+from dllm_bench.decoding.policies.dream_threshold import DreamThresholdPolicy, DreamThresholdState  # noqa: E402
+from dllm_bench.decoding.policies.slowfast import SLOWFAST_PRESETS, SlowFastPolicy, SlowFastState  # noqa: E402
+from dllm_bench.decoding.policies.wino import WinoPolicy, WinoState  # noqa: E402
+
+__all__ = ["DREAM_ALGORITHMS", "POLICIES", "SLOWFAST_PRESETS", "BlockPolicy", "BlockState", "DPadPolicy", "DPadState",
+           "DreamPolicy", "DreamState", "DreamThresholdPolicy", "DreamThresholdState", "Policy", "PolicyBase",
+           "SlowFastPolicy", "SlowFastState", "StepContext", "WinoPolicy", "WinoState", "build_policy",
+           "policy_defaults", "policy_parameters", "register", "span_mask"]

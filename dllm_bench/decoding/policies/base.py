@@ -1,0 +1,187 @@
+"""What a decoding policy is: the ``Policy`` protocol, the defaults of its optional hooks and the registry.
+
+A policy is one file in this package: a frozen dataclass whose fields are its parameters (their defaults are the
+published defaults, the one place they live), registered with ``@register``, plus ``conf/policy/<name>.yaml``. It
+keeps per-row progress as tensors over the batch in a state of its own (``init_state``) and answers, each step,
+which answer positions are candidates (``window``), which block a cache treats as current (``block``), which
+candidates to commit (``decide``) and, after the commit, which rows are finished (``finished``, by default its
+``advance``). Positions are answer coordinates (0 = first generated position).
+
+Everything else is an optional hook with a do-nothing default in :class:`PolicyBase`, which ``generate`` calls
+unconditionally: what a forward computes (``forward``, ``dropout``, ``canvas_limit``), edits after the commit
+(``revise``), what ends a row early (``ends_rows_early``), the confidence it ranks by (``measure``), and what it
+accepts: its parameters (``check``), the rules, caches, lengths and guidance it runs with (``refuse_rule``,
+``refuse_lengths``, ``refuse_cache``, ``refuse_cfg``: one line saying why not, None = accepted) and the model
+(``check_model``). A policy that needs something new gets a new hook here with a default, not a branch in the loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+import torch
+
+from dllm_bench.decoding.params import Registry
+from dllm_bench.decoding.rules.base import StepContext
+from dllm_bench.decoding.suffix_dropout import SuffixSampler
+
+
+def span_mask(lo: torch.Tensor, hi: torch.Tensor, length: int) -> torch.Tensor:
+    """[B, length] bool: lo[b] <= j < hi[b]."""
+    j = torch.arange(length, device=lo.device).unsqueeze(0)
+    return (j >= lo.unsqueeze(1)) & (j < hi.unsqueeze(1))
+
+
+def blocked_bounds(state: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """The current block of a state with ``block`` [B] and ``block_length``: answer span [lo, lo + block_length)."""
+    lo = state.block * state.block_length
+    return lo, lo + state.block_length
+
+
+def is_positive_int(value: Any) -> bool:
+    """An integer >= 1 (a bool is none)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """A decoding schedule: candidates, the current block, the commit and the end of each row."""
+
+    name: ClassVar[str]
+
+    def init_state(self, batch: int, gen_length: int, block_length: int, device: torch.device) -> Any:
+        """Per-row progress as tensors over the batch."""
+
+    def block(self, state: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """[B] bounds (answer coordinates) of the block a cache treats as current."""
+
+    def window(self, state: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """[B] bounds of the candidate span: the masked positions inside it are the step's candidates."""
+
+    def decide(self, state: Any, ctx: StepContext, rule: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """Commit mask [B, G] and the tokens written there; ``rule`` is the configured rule (None: the policy's
+        own)."""
+
+    def advance(self, state: Any, masked: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+        """Move the ``active`` rows on after the commit (``masked``: the answer's masks now); [B] bool: rows done."""
+
+    def finished(self, state: Any, answer: torch.Tensor, masked: torch.Tensor, active: torch.Tensor,
+                 stop_id: int | None) -> torch.Tensor:
+        """[B] bool: rows finished after this step's commit (``advance``, or an early end on ``stop_id``)."""
+
+    def forward(self, state: Any, runner: Any, x: torch.Tensor, rows: torch.Tensor, read: torch.Tensor,
+                view: Any) -> list:
+        """The step's forwards (``ForwardResult``) for the active ``rows``: logits at least at ``read``."""
+
+    def revise(self, state: Any, answer: torch.Tensor, active: torch.Tensor, mask_id: int) -> None:
+        """Edit the answer [B, G] in place after the commit (re-mask decoded tokens)."""
+
+    def canvas_limit(self, state: Any) -> torch.Tensor | None:
+        """[B] answer length the network sees per row; None = the whole canvas."""
+
+    def dropout(self, gen_length: int, seed: int | Sequence[int], batch: int,
+                device: torch.device) -> SuffixSampler | None:
+        """The suffix positions each forward drops (DPad); None = it sees the whole canvas."""
+
+    def ends_rows_early(self) -> str | None:
+        """What ends a row before its answer is committed, the rest then the first stop id (None: nothing)."""
+
+    def check(self) -> None:
+        """Raise ValueError (one line naming the value and the allowed range) for a parameter out of range."""
+
+    def check_combination(self, rule: Any, cache: Any, *, gen_length: int, block_length: int,
+                          cfg_scale: float = 0.0) -> None:
+        """Raise ValueError (one line) where this policy cannot run with that rule, cache, lengths or guidance."""
+
+    def check_measure(self, given: str) -> None:
+        """Raise ValueError where a given confidence measure is not the one this policy ranks by."""
+
+    def check_model(self, config: Any) -> None:
+        """Raise ValueError where this policy cannot run on a model with that config."""
+
+
+class PolicyBase:
+    """Defaults of the optional hooks of the protocol; policies subclass it as frozen dataclasses."""
+
+    name: ClassVar[str] = ""
+    # the model flavours (llada, dream) its published loop runs on (the runner refuses others)
+    flavours: ClassVar[tuple[str, ...]] = ("llada", "dream")
+
+    @property
+    def measure(self) -> str | None:
+        """The confidence measure it ranks by; None = the rule's (or top-1 probability without a rule)."""
+        return None
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    @classmethod
+    def prepare(cls, params: dict[str, Any]) -> dict[str, Any]:
+        """The builder's keyword arguments as the dataclass's parameters (a preset expanded); unchanged here."""
+        return params
+
+    def check(self) -> None:
+        return None
+
+    def window(self, state: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.block(state)
+
+    def finished(self, state: Any, answer: torch.Tensor, masked: torch.Tensor, active: torch.Tensor,
+                 stop_id: int | None) -> torch.Tensor:
+        return self.advance(state, masked, active)
+
+    def forward(self, state: Any, runner: Any, x: torch.Tensor, rows: torch.Tensor, read: torch.Tensor,
+                view: Any) -> list:
+        return runner.run(x, rows, read, view)
+
+    def revise(self, state: Any, answer: torch.Tensor, active: torch.Tensor, mask_id: int) -> None:
+        return None
+
+    def canvas_limit(self, state: Any) -> torch.Tensor | None:
+        return None
+
+    def dropout(self, gen_length: int, seed: int | Sequence[int], batch: int,
+                device: torch.device) -> SuffixSampler | None:
+        return None
+
+    def ends_rows_early(self) -> str | None:
+        return None
+
+    def refuse_rule(self, rule: Any) -> str | None:
+        """Why this policy does not run with ``rule`` (None: the policy's own rule); None = it does."""
+        return None
+
+    def refuse_lengths(self, gen_length: int, block_length: int) -> str | None:
+        """Why this policy does not run at these lengths (both >= 1, gen_length a multiple); None = it does."""
+        return None
+
+    def refuse_cache(self, cache: Any) -> str | None:
+        """Why this policy does not run with ``cache``; None = it does."""
+        return None
+
+    def refuse_cfg(self, cfg_scale: float) -> str | None:
+        """Why this policy does not run with classifier-free guidance ``cfg_scale``; None = it does."""
+        return None
+
+    def check_combination(self, rule: Any, cache: Any, *, gen_length: int, block_length: int,
+                          cfg_scale: float = 0.0) -> None:
+        for refusal in (lambda: self.refuse_rule(rule), lambda: self.refuse_lengths(gen_length, block_length),
+                        lambda: self.refuse_cache(cache), lambda: self.refuse_cfg(cfg_scale)):
+            message = refusal()
+            if message is not None:
+                raise ValueError(message)
+
+    def check_measure(self, given: str) -> None:
+        if self.measure is not None and given != self.measure:
+            raise ValueError(f"policy {self.name!r} uses confidence {self.measure!r}, got {given!r}")
+
+    def check_model(self, config: Any) -> None:
+        return None
+
+
+POLICIES = Registry("policy", prepare=lambda cls, params: cls.prepare(params))
+register = POLICIES.register  # class decorator: add a policy dataclass to ``POLICIES`` under its name
+policy_parameters = POLICIES.parameters
+policy_defaults = POLICIES.defaults
+build_policy = POLICIES.build
