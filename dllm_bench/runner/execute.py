@@ -257,13 +257,16 @@ def changed_run(c: dict[str, Any], run_id: str, identity: dict[str, Any]) -> tup
 
 def choose_run(c: dict[str, Any], run_id: str, identity: dict[str, Any]) -> tuple[str, list[str]]:
     """The run folder this invocation writes, and what changed when it resumes one made under another identity:
-    its own id, unless `resume_changed=true` and only an older identity's run of this config exists."""
+    its own id, unless `resume_changed=true` and only an older identity's run of this config exists (or such a
+    run was resumed across a change before, and its last session has this identity)."""
     if (Path(c["output_dir"]) / c["name"] / run_id).is_dir():
         return run_id, []
     other = changed_run(c, run_id, identity)
     if other is None:
         return run_id, []
     old_id, changes = other
+    if not changes:  # resumed across a change before: its last session has this identity
+        return old_id, []
     if c.get("resume_changed"):
         log.warning("run %s: resuming across a change (resume_changed=true): %s", old_id, "; ".join(changes))
         return old_id, changes
@@ -353,7 +356,7 @@ def _finalise(c: dict[str, Any], run_id: str, store: ResultsStore, all_docs: lis
         log.warning("run %s: %d of %d selected documents have no row", run_id, len(wanted) - len(rows), len(wanted))
     previous = store.read_run_json()
     sessions = list(previous.get("sessions", []))
-    if decoded or not sessions:
+    if decoded or not sessions or session.get("identity_changes"):  # a resume across a change is recorded
         env = environment_info()
         sessions.append({"started_at": started, "finished_at": _now(), "world_size": ctx.world_size,
                          "device_name": device_name, "decoded": decoded, **machine, "git_commit": env["git_commit"],

@@ -97,8 +97,18 @@ def test_resume_changed_resumes_the_old_run_and_says_what_changed(compose_cfg, l
     assert line == (f"run {first['run_id']}: resuming across a change (resume_changed=true): "
                     f"code {before} -> 0123456789abcdef")
     info = json.loads((tmp_path / "results" / "code" / first["run_id"] / "run.json").read_text())
-    assert len(info["sessions"]) == 1  # nothing was decoded: no session added, the first one's provenance kept
+    assert [s["decoded"] for s in info["sessions"]] == [True, False]  # the resume is recorded, nothing decoded
+    assert info["sessions"][-1]["identity_changes"] == [f"code {before} -> 0123456789abcdef"]
+    assert info["finished_at"] == info["sessions"][0]["finished_at"]  # provenance: the session that decoded
     assert read_jsonl(tmp_path / "results" / "code" / first["run_id"] / "samples.jsonl") == rows_before
+
+    longer = execute(compose_cfg(*common, "limit=3", "resume_changed=true"), engine_factory=counting_engine(calls))
+    assert longer["run_id"] != first["run_id"] and len(calls) == 2  # another selection: a run of its own
+    # the run now carries this identity: later reruns continue it, with or without the switch, and say nothing
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="dllm_bench.run"):
+        assert execute(compose_cfg(*common, "limit=2"), engine_factory=no_engine)["run_id"] == first["run_id"]
+    assert not caplog.records
 
 
 def test_offset_and_limit_are_runs_of_their_own(compose_cfg, llada_overrides, tmp_path):
