@@ -77,7 +77,7 @@ TASK ?= sudoku
 MODEL ?= tiny_llada
 # tiny-model settings; FRONTIER_ARGS="--grid" adds the even grid at the same budget, overrides go after them
 FRONTIER_ARGS ?= batch_size=50 num_threads=1
-frontier: $(STAMP)  ## searched accuracy-NFE front of RULE on TASK (MODEL): runs, table and plot under results/frontier/
+frontier: $(STAMP)  ## searched accuracy-NFE front of RULE on TASK (MODEL): runs, table and plot under results/frontier_local/ (FRONTIER_ARGS="--out results/frontier" updates the committed ones)
 	$(PY) scripts/frontier.py --rule $(RULE) --task $(TASK) --model $(MODEL) $(FRONTIER_ARGS)
 
 reproduce-table: setup  ## build paper tables (TABLE=<name> for one); runs missing runs the machine can run

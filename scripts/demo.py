@@ -115,10 +115,11 @@ def print_table(rows: list[dict]) -> None:
         print("  ".join(r[c].ljust(widths[c]) for c in TABLE_COLUMNS))
 
 
-def plot(runs_csv: Path, timed: list[dict], out_dir: Path, title: str) -> Path:
-    """The Pareto plot of the sweep's runs, their tokens/s taken from the timing pass."""
+def plot(runs_csv: Path, rows: list[dict], timed: list[dict], out_dir: Path, title: str) -> Path:
+    """The Pareto plot of the sweep's runs, their tokens/s taken from the timing pass (`timed[i]` times the
+    setting of `rows[i]`: its own run, since `limit` is part of a run's identity)."""
     runs = read_runs([runs_csv])
-    speed = {r["run_id"]: r for r in timed}
+    speed = {r["run_id"]: t for r, t in zip(rows, timed)}
     for column in ("tokens_per_s", "machine_loaded"):
         before = runs[column] if column in runs else [""] * len(runs)
         runs[column] = [str(speed[i].get(column)) if i in speed else v for i, v in zip(runs["run_id"], before)]
@@ -178,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         writer = csv.DictWriter(f, fieldnames=TABLE_COLUMNS)
         writer.writeheader()
         writer.writerows(table)
-    png = plot(demo_dir / "runs.csv", timed, demo_dir / "plots",
+    png = plot(demo_dir / "runs.csv", rows, timed, demo_dir / "plots",
                title="make demo: tokens/s from " + ("the sequential timing pass" if timed is not rows else "the sweep"))
     print(f"\nruns: {demo_dir / 'runs.csv'}\ntable: {summary_csv}\nplot: {png}")
     print(f"sweep {sweep_s:.1f}s, total {time.perf_counter() - start:.1f}s; "

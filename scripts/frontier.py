@@ -1,7 +1,8 @@
 """`make frontier RULE=... TASK=...`: a rule's searched accuracy-NFE front on a task, as a table and a plot.
 
 Runs `dllm-bench hparams_search=<rule>` (and with --grid the even grid of the same space at the same budget) into
-`<out>/<model>_<task>/`, then writes frontier.md, frontier_summary.csv, frontier_fronts.csv and frontier.png there
+`<out>/<model>_<task>/` (default results/frontier_local/, not committed: the committed searches under
+results/frontier/ change only with `--out results/frontier`), then writes frontier.md, frontier_summary.csv, frontier_fronts.csv and frontier.png there
 (dllm_bench/report/frontier.py). Rerunning resumes: finished studies run nothing. Prints the wall time and the
 1-minute load average at the start and end (the machine may be shared).
 """
@@ -20,6 +21,9 @@ sys.path.insert(0, str(ROOT))
 
 from dllm_bench.runner.config import CONF_DIR  # noqa: E402
 
+DEFAULT_OUT = "results/frontier_local"  # ignored by git: a documented command never rewrites committed results
+COMMITTED_OUT = "results/frontier"
+
 
 def options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
@@ -30,7 +34,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--rule", required=True, help=f"a search of conf/hparams_search/: {', '.join(options('hparams_search'))}")
     ap.add_argument("--task", default="sudoku", help="a task of conf/task/ (default sudoku)")
     ap.add_argument("--model", default="tiny_llada", help="a model of conf/model/ (default tiny_llada)")
-    ap.add_argument("--out", default="results/frontier", help="output_dir (default results/frontier)")
+    ap.add_argument("--out", default=DEFAULT_OUT, help=f"output_dir (default {DEFAULT_OUT}; the committed searches: "
+                    f"{COMMITTED_OUT})")
     ap.add_argument("--limit", type=int, default=200, help="documents per run (default 200)")
     ap.add_argument("--trials", type=int, default=None, help="budget of completed trials (default: the search's)")
     ap.add_argument("--grid", action="store_true", help="also run the even grid of the same space, same budget")

@@ -150,12 +150,15 @@ def is_llada_v_config(raw: dict[str, Any]) -> bool:
     return raw.get("model_type") == "llava_llada" or "mm_vision_tower" in raw or "vision_config" in raw
 
 
-def checkpoint_fingerprint(name_or_path: str | Path, sample_bytes: int = 16 << 20) -> str | None:
+def checkpoint_fingerprint(name_or_path: str | Path, whole_bytes: int = 32 << 20) -> str | None:
     """Content fingerprint of a local checkpoint (None for a hub id): sha256 over config.json and, per weight
-    file, its name, size and first/last ``sample_bytes`` — whole files up to 32 MiB, seconds for an 8B model.
+    file, its name, size and every byte — files up to ``whole_bytes`` hashed inline (as fingerprints have always
+    been), larger ones by their full SHA-256, computed once per file version and cached (``file_digest``).
 
-    Results are keyed by it, so retrained weights never reuse runs made with the old ones.
+    Results are keyed by it, so retrained or damaged weights never reuse runs made with the old ones.
     """
+    from .file_digest import file_sha256
+
     directory = Path(name_or_path).expanduser()
     if not directory.is_dir():
         return None
@@ -165,11 +168,10 @@ def checkpoint_fingerprint(name_or_path: str | Path, sample_bytes: int = 16 << 2
             continue
         size = f.stat().st_size
         digest.update(f"{f.name}:{size}:".encode())
-        with f.open("rb") as fh:
-            digest.update(fh.read(sample_bytes))
-            if size > 2 * sample_bytes:
-                fh.seek(size - sample_bytes)
-            digest.update(fh.read(sample_bytes))
+        if size > whole_bytes:
+            digest.update(f"sha256={file_sha256(f)}".encode())
+        else:
+            digest.update(f.read_bytes())
     return digest.hexdigest()[:16]
 
 

@@ -54,6 +54,29 @@ def _repeat_key(frame: pd.DataFrame) -> pd.Series:
     return seed + "|" + name
 
 
+def without_overlaps(rows: pd.DataFrame) -> pd.DataFrame:
+    """Within a repeat, runs whose documents overlap count once: a run id covers code, data and selection
+    (docs/runner.md, "Run identity"), so the same setting rerun after a commit, or with a longer `limit`, is a
+    second row over the same documents. The run with more documents is kept, then the later one; shards
+    (disjoint `offset` ranges) are all kept."""
+    if rows.empty or "n_samples" not in rows:
+        return rows
+    rows = rows.reset_index(drop=True)
+    start = pd.to_numeric(rows["offset"], errors="coerce").fillna(0) if "offset" in rows else pd.Series(0, index=rows.index)
+    size = pd.to_numeric(rows["n_samples"], errors="coerce").fillna(0)
+    finished = rows["finished_at"].astype(str) if "finished_at" in rows else pd.Series("", index=rows.index)
+    keep = []
+    for _, group in rows.groupby(_repeat_key(rows), sort=False):
+        newest_first = sorted(group.index, key=lambda i: finished[i], reverse=True)
+        taken: list[tuple[float, float]] = []
+        for i in sorted(newest_first, key=lambda i: -size[i]):  # stable: among equal sizes the newest first
+            lo, hi = start[i], start[i] + size[i]
+            if all(hi <= a or lo >= b for a, b in taken):
+                taken.append((lo, hi))
+                keep.append(i)
+    return rows.loc[sorted(keep)]
+
+
 def _task_docs(rows: pd.DataFrame) -> int | None:
     values = pd.to_numeric(rows["task_docs"], errors="coerce").dropna() if "task_docs" in rows else []
     return int(max(values)) if len(values) else None
@@ -141,6 +164,7 @@ def aggregate_runs(rows: pd.DataFrame) -> Aggregate:
         raise ValueError(f"runs.csv rows lack columns {missing}; expected the runner's schema (docs/runner.md)")
     if rows.empty:
         raise ValueError("no runs to aggregate")
+    rows = without_overlaps(rows)
     numeric = rows[list(REQUIRED_COLUMNS[1:])].apply(pd.to_numeric, errors="raise")
     per_repeat = numeric.groupby(_repeat_key(rows)).sum()
     n = per_repeat["n_samples"]

@@ -17,7 +17,12 @@ CONF_DIR = PACKAGE_DIR / "conf" if (PACKAGE_DIR / "conf").is_dir() else PACKAGE_
 
 # Keys that choose which documents run or how a run reports itself, never what a document's output is.
 # `timing_docs` only adds a batch-1 timing pass beside the run's own rows, so it shares their folder.
-NON_OUTPUT_KEYS = ("name", "output_dir", "limit", "offset", "progress", "trace", "warmup", "timing_docs", "hydra")
+# `limit` and `offset` choose the documents: not part of a setting (tables pool shards), but part of a run's
+# identity (runner/identity.py), so that a shard or a longer run is a run of its own.
+NON_OUTPUT_KEYS = ("name", "output_dir", "limit", "offset", "progress", "trace", "warmup", "timing_docs",
+                   "resume_changed", "hydra")
+REPO_DIR = PACKAGE_DIR.parent
+PACKAGE_MARK = "<dllm_bench>"
 
 
 def log_dir(output_dir: Any, name: Any) -> str:
@@ -68,9 +73,36 @@ def output_affecting(data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k not in NON_OUTPUT_KEYS}
 
 
-def compute_run_id(cfg: DictConfig | dict) -> str:
-    """Stable id `<policy>-<rule>-<cache>-<sha256[:12]>` of the output-affecting settings (`-paper-` before the
-    digest when `task.scoring=paper`; the default `lm_eval` adds nothing)."""
+def portable(value: Any) -> Any:
+    """A config value as written to run.json and runs.csv: a path into the package as `<dllm_bench>/...`, a path
+    inside the checkout relative to its root, so that committed results read the same from every checkout."""
+    if isinstance(value, dict):
+        return {k: portable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [portable(v) for v in value]
+    if isinstance(value, str):
+        if value == str(PACKAGE_DIR) or value.startswith(str(PACKAGE_DIR) + "/"):
+            return PACKAGE_MARK + value[len(str(PACKAGE_DIR)):]
+        if value.startswith(str(REPO_DIR) + "/"):
+            return value[len(str(REPO_DIR)) + 1:]
+    return value
+
+
+def local(value: Any) -> Any:
+    """`portable`'s inverse for package paths: `<dllm_bench>/...` as this checkout's absolute path."""
+    if isinstance(value, dict):
+        return {k: local(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [local(v) for v in value]
+    if isinstance(value, str) and value.startswith(PACKAGE_MARK):
+        return str(PACKAGE_DIR) + value[len(PACKAGE_MARK):]
+    return value
+
+
+def compute_run_id(cfg: DictConfig | dict, identity: dict[str, Any] | None = None) -> str:
+    """Stable id `<policy>-<rule>-<cache>-<sha256[:12]>` of the output-affecting settings and, when given, the
+    run's identity beyond them (runner/identity.py: code, data, weights, tokenizer, selection); `-paper-` before
+    the digest when `task.scoring=paper` (the default `lm_eval` adds nothing)."""
     data = to_container(cfg)
     model = data.get("model")
     if isinstance(model, dict) and str(model.get("device")).startswith(("cuda", "per_job")):
@@ -81,9 +113,12 @@ def compute_run_id(cfg: DictConfig | dict) -> str:
     scoring = task.pop("scoring", "lm_eval") if isinstance(task, dict) else "lm_eval"
     if scoring != "lm_eval" and isinstance(task, dict):
         task["scoring"] = scoring
-    blob = json.dumps(output_affecting(data), sort_keys=True, default=str)
+    hashed = output_affecting(data)
+    if identity is not None:
+        hashed = {**hashed, "identity": identity}
+    blob = json.dumps(hashed, sort_keys=True, default=str)
     # Paths inside the package hash the same in every checkout.
-    blob = blob.replace(str(PACKAGE_DIR), "<dllm_bench>")
+    blob = blob.replace(str(PACKAGE_DIR), PACKAGE_MARK)
     digest = hashlib.sha256(blob.encode()).hexdigest()[:12]
     names = [str((data.get(group) or {}).get("name", group)) for group in ("policy", "rule", "cache")]
     mode = [] if scoring == "lm_eval" else [scoring]

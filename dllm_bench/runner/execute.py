@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import random
 import time
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -14,7 +16,7 @@ from omegaconf import DictConfig
 
 from dllm_bench.models.loading import checkpoint_fingerprint
 from dllm_bench.runner.completions import COUNT_KEYS, completion_texts, eos_token_id, paper_completion
-from dllm_bench.runner.config import compute_run_id, flatten
+from dllm_bench.runner.config import compute_run_id, flatten, portable
 from dllm_bench.runner.environment import (
     cpu_count,
     environment_info,
@@ -23,6 +25,7 @@ from dllm_bench.runner.environment import (
     scoring_versions,
 )
 from dllm_bench.runner.errors import RunInterrupted
+from dllm_bench.runner.identity import identity_changes, run_identity
 from dllm_bench.runner.interface import Engine, EngineFactory, Generation
 from dllm_bench.runner.progress import RunProgress, TimingProgress
 from dllm_bench.runner.sharding import DistContext, barrier, init_distributed, shard, shutdown
@@ -225,23 +228,73 @@ def default_engine_factory(c: dict[str, Any], ctx: DistContext) -> Engine:
     return build_engine(c, ctx)
 
 
+def config_id(c: dict[str, Any]) -> str:
+    """The run id of the configuration alone (weights fingerprint left out): runs sharing it differ only in
+    identity (code, data, weights, tokenizer) or selection."""
+    return compute_run_id({**c, "model": {k: v for k, v in c["model"].items() if k != "fingerprint"}})
+
+
+def changed_run(c: dict[str, Any], run_id: str, identity: dict[str, Any]) -> tuple[str, list[str]] | None:
+    """The latest other run of this configuration and selection in the results folder, made with other code,
+    data, weights or tokenizer: (its run id, what changed); None when there is none."""
+    folder = Path(c["output_dir"]) / c["name"]
+    same_config, found = config_id(c), []
+    for path in folder.glob("*/run.json"):
+        if path.parent.name == run_id:
+            continue
+        try:
+            info = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        old = (info.get("sessions") or [{}])[-1].get("identity") or info.get("identity") or {}
+        if old.get("config") == same_config and old.get("selection") == identity["selection"]:
+            found.append((str(info.get("finished_at") or ""), path.parent.name, identity_changes(old, identity)))
+    if not found:
+        return None
+    _, old_id, changes = max(found)
+    return old_id, changes
+
+
+def choose_run(c: dict[str, Any], run_id: str, identity: dict[str, Any]) -> tuple[str, list[str]]:
+    """The run folder this invocation writes, and what changed when it resumes one made under another identity:
+    its own id, unless `resume_changed=true` and only an older identity's run of this config exists (or such a
+    run was resumed across a change before, and its last session has this identity)."""
+    if (Path(c["output_dir"]) / c["name"] / run_id).is_dir():
+        return run_id, []
+    other = changed_run(c, run_id, identity)
+    if other is None:
+        return run_id, []
+    old_id, changes = other
+    if not changes:  # resumed across a change before: its last session has this identity
+        return old_id, []
+    if c.get("resume_changed"):
+        log.warning("run %s: resuming across a change (resume_changed=true): %s", old_id, "; ".join(changes))
+        return old_id, changes
+    log.warning("run %s starts anew: %s has this config with other %s (resume_changed=true resumes it)", run_id,
+                old_id, "; ".join(changes))
+    return run_id, []
+
+
 def execute(cfg: DictConfig | dict[str, Any], engine_factory: EngineFactory | None = None) -> dict[str, Any] | None:
     """Run (or resume) one configuration; returns the runs.csv row on rank 0, None on other ranks.
 
     Data and selection are checked before any folder is made; a run that fails before its first row leaves
-    no folder behind.
+    no folder behind. The run folder is locked for the whole run: a twin command waits for it.
     """
     c = validate_config(cfg)
     # weights are part of a run's identity: a retrained checkpoint never resumes the old checkpoint's runs
     c["model"]["fingerprint"] = checkpoint_fingerprint(c["model"]["name_or_path"])
     task = build_task(c["task"])
-    run_id = compute_run_id(c)
     machine = {"cpu_count": cpu_count(), "num_threads_used": None, "load_avg_start": load_average()}
     started = _now()
     all_docs = task.all_docs()
     selected = select_documents(len(all_docs), int(c.get("offset", 0)), c.get("limit"), c["task"]["name"])
     timing = timing_documents(selected, c.get("timing_docs"), c)
+    identity = run_identity(c, task, all_docs)
+    run_id = compute_run_id(c, identity)
+    identity = {"config": config_id(c), **identity}
     ctx = init_distributed()
+    run_id, changes = choose_run(c, run_id, identity)
     store = ResultsStore(c["output_dir"], c["name"], run_id, ctx.rank, ctx.world_size)
     try:
         finished, timed = store.finished_ids(), store.timed_ids()
@@ -264,7 +317,8 @@ def execute(cfg: DictConfig | dict[str, Any], engine_factory: EngineFactory | No
         row = None
         if ctx.is_main:
             machine["load_avg_end"] = load_average()
-            row = _finalise(c, run_id, store, all_docs, selected, started, device_name, ctx, machine)
+            session = {"identity": identity, **({"identity_changes": changes} if changes else {})}
+            row = _finalise(c, run_id, store, all_docs, selected, started, device_name, ctx, machine, session)
     except KeyboardInterrupt:
         kept = len(store.finished_ids())
         store.discard_if_empty()
@@ -272,14 +326,20 @@ def execute(cfg: DictConfig | dict[str, Any], engine_factory: EngineFactory | No
     except BaseException:
         store.discard_if_empty()
         raise
+    finally:
+        store.close()
     barrier(ctx)
     shutdown(ctx)
     return row
 
 
 def _finalise(c: dict[str, Any], run_id: str, store: ResultsStore, all_docs: list[dict], selected: list[int],
-              started: str, device_name: str, ctx: DistContext, machine: dict[str, Any]) -> dict[str, Any]:
-    """Merge shards, write run.json and this run's runs.csv row (with the machine's load while it ran)."""
+              started: str, device_name: str, ctx: DistContext, machine: dict[str, Any],
+              session: dict[str, Any]) -> dict[str, Any]:
+    """Merge shards, write run.json and this run's runs.csv row. Provenance (commit, versions, load, machine,
+    times) is each decoding invocation's own: one that decoded nothing adds no session and changes none of it
+    (a rerun of a finished run rewrites no file)."""
+    decoded = not device_name.startswith("none") or store.pending_shards()
     rows = store.merge()
     wanted = {str(all_docs[i]["sample_id"]) for i in selected}
     rows = [r for r in rows if r["sample_id"] in wanted]
@@ -295,36 +355,44 @@ def _finalise(c: dict[str, Any], run_id: str, store: ResultsStore, all_docs: lis
     if len(rows) < len(wanted):
         log.warning("run %s: %d of %d selected documents have no row", run_id, len(wanted) - len(rows), len(wanted))
     previous = store.read_run_json()
-    env = environment_info()
-    decoded = not device_name.startswith("none")
-    if not decoded and previous.get("device_name"):
-        device_name = previous["device_name"]
-    sessions = previous.get("sessions", []) + [{"started_at": started, "finished_at": _now(),
-                                                "world_size": ctx.world_size, "device_name": device_name,
-                                                "decoded": decoded, **machine}]
+    sessions = list(previous.get("sessions", []))
+    if decoded or not sessions or session.get("identity_changes"):  # a resume across a change is recorded
+        env = environment_info()
+        sessions.append({"started_at": started, "finished_at": _now(), "world_size": ctx.world_size,
+                         "device_name": device_name, "decoded": decoded, **machine, "git_commit": env["git_commit"],
+                         "environment": env, "scoring_versions": scoring_versions(), **session})
     # throughput pools every session that decoded rows: any of them on a loaded machine marks the run
     timed = [s for s in sessions if s.get("decoded", True)]
-    # a session that only merged (nothing left to decode) reports the threads of the last one that decoded
-    threads = next((s["num_threads_used"] for s in reversed(timed) if s.get("num_threads_used") is not None), None)
+    last = (timed or sessions)[-1]
     loaded = [is_loaded([s.get("load_avg_start"), s.get("load_avg_end")], int(s.get("cpu_count") or 1))
               for s in timed]
+    env = last.get("environment") or previous.get("environment") or {}
+    versions = last.get("scoring_versions") or previous.get("scoring_versions") or scoring_versions()
     info = {
         "run_id": run_id,
         "name": c["name"],
-        "config": c,
+        "config": portable(c),
+        "identity": previous.get("identity") or session["identity"],
         "summary": summary,
         "environment": env,
-        "scoring_versions": scoring_versions(),
-        "device_name": device_name,
+        "scoring_versions": versions,
+        "device_name": last.get("device_name"),
         "started_at": sessions[0]["started_at"],
-        "finished_at": sessions[-1]["finished_at"],
+        "finished_at": last["finished_at"],
         "sessions": sessions,
     }
+    if previous and not decoded:  # keys a no-op rerun has no say in, as they were
+        info = {**info, **{k: previous[k] for k in ("environment", "scoring_versions", "device_name", "started_at",
+                                                     "finished_at") if k in previous}}
     store.write_run_json(info)
-    row = {"run_id": run_id, **flatten(c), **summary, "task_docs": len(all_docs), "world_size": ctx.world_size,
-           "device_name": device_name, **machine, "num_threads_used": threads,
+    bookkeeping = {k: last.get(k) for k in ("cpu_count", "num_threads_used", "load_avg_start", "load_avg_end")}
+    # a session that only merged reports the threads of the last one that decoded
+    bookkeeping["num_threads_used"] = next((s["num_threads_used"] for s in reversed(timed)
+                                            if s.get("num_threads_used") is not None), None)
+    row = {"run_id": run_id, **flatten(portable(c)), **summary, "task_docs": len(all_docs),
+           "world_size": last.get("world_size", ctx.world_size), "device_name": info["device_name"], **bookkeeping,
            "machine_loaded": True if True in loaded else None if None in loaded or not loaded else False,
-           "git_commit": env.get("git_commit"), "math_verify": info["scoring_versions"]["math-verify"],
+           "git_commit": last.get("git_commit", env.get("git_commit")), "math_verify": versions.get("math-verify"),
            "started_at": info["started_at"], "finished_at": info["finished_at"]}
     store.upsert_runs_csv(row)
     return row

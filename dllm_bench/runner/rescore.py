@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from dllm_bench.runner.config import flatten
+from dllm_bench.runner.config import flatten, local
 from dllm_bench.runner.environment import scoring_versions
 from dllm_bench.runner.store import ResultsStore, _atomic_write_text, read_jsonl
 from dllm_bench.runner.summary import count_column, summarise, summarise_timing
@@ -76,7 +76,7 @@ def rescore_run(run_dir: Path | str, mode: str, workers: int | None = None) -> d
     config = copy.deepcopy(info["config"])
     config["task"]["scoring"] = mode
     try:
-        task = build_task(config["task"])
+        task = build_task(local(config["task"]))
     except ConfigError as err:
         raise RescoreError(f"run {run_dir}: {err}") from None
     by_id = {str(d["sample_id"]): d for d in task.all_docs()}
@@ -96,6 +96,15 @@ def rescore_run(run_dir: Path | str, mode: str, workers: int | None = None) -> d
     generation_id = info.get("generation_run_id") or info["run_id"]
     run_id = rescored_run_id(generation_id, mode)
     store = ResultsStore(run_dir.parent.parent, run_dir.parent.name, run_id)
+    try:
+        return _write_rescored(store, info, config, rows, run_dir, mode, run_id, generation_id)
+    finally:
+        store.close()
+
+
+def _write_rescored(store: ResultsStore, info: dict[str, Any], config: dict[str, Any], rows: list[dict[str, Any]],
+                    run_dir: Path, mode: str, run_id: str, generation_id: str) -> dict[str, Any]:
+    """The rescored run's files and runs.csv row (under the rescored folder's lock)."""
     _atomic_write_text(store.samples_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     summary = summarise(rows, config["count_rule"], mode)
     timed = timing_subsample(run_dir, rows, config.get("timing_docs"))

@@ -34,6 +34,7 @@ class RunSettings:
     count_rule: str = "cut"
     confidence_precision: str = "float64"
     confidence_mask_in_softmax: bool = True
+    resume_changed: bool = False
 
 
 @dataclass(frozen=True)

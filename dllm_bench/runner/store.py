@@ -1,5 +1,5 @@
-"""Resumable results store: append-only sample and timing rows (fsync'd, torn tails discarded), run.json and
-runs.csv."""
+"""Resumable results store: append-only sample and timing rows (fsync'd; torn tails cut, corrupt lines set aside),
+run.json and runs.csv; one writer per run folder (an exclusive lock for the run's life)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import errno
 import fcntl
 import io
 import json
+import logging
 import os
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,32 +18,116 @@ from typing import Any
 
 from dllm_bench.runner.summary import RUN_INFO_COLUMNS, SANDBOX_COLUMNS, SUMMARY_COLUMNS, TIMING_PASS_COLUMNS
 
+log = logging.getLogger("dllm_bench.run")
+LOCK_NAME = "run.lock"
+BAD_SUFFIX = ".bad"
 
-def _repair_tail(path: Path) -> None:
-    """Cut a torn last line (no trailing newline) left by a killed writer."""
+
+def _parse_row(line: bytes) -> dict[str, Any] | None:
+    """The row a complete JSONL line holds, None when it is not one JSON object (a torn or fused write)."""
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None
+    return row if isinstance(row, dict) else None
+
+
+def _bad_lines(path: Path) -> tuple[list[bytes], list[tuple[int, bytes]]]:
+    """(good lines, [(line number, bad line)]) of a JSONL file; a last line without its newline is bad."""
+    good, bad = [], []
+    data = path.read_bytes()
+    for number, line in enumerate(data.splitlines(keepends=True), start=1):
+        if not line.strip():
+            continue
+        if not line.endswith(b"\n") or _parse_row(line) is None:
+            bad.append((number, line))
+        else:
+            good.append(line)
+    return good, bad
+
+
+def _repair(path: Path) -> None:
+    """Set aside the lines of a JSONL file that are not rows (a torn last line left by a killed writer, a line
+    fused from two writes) in `<file>.bad`, saying which; the file keeps its complete rows, whose documents
+    are then not decoded again, and the others are. Called by the run folder's one writer only."""
     if not path.exists():
         return
-    with open(path, "rb+") as f:
-        data = f.read()
-        end = data.rfind(b"\n") + 1
-        if end != len(data):
-            f.truncate(end)
-            f.flush()
-            os.fsync(f.fileno())
+    good, bad = _bad_lines(path)
+    if not bad:
+        return
+    with open(path.with_name(path.name + BAD_SUFFIX), "ab") as f:
+        f.writelines(line if line.endswith(b"\n") else line + b"\n" for _, line in bad)
+    _atomic_write_bytes(path, b"".join(good))
+    numbers = ", ".join(str(n) for n, _ in bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+    log.warning("%s: line %s not a complete JSON row (a write cut short); set aside in %s%s, its documents run "
+                "again", path, numbers, path.name, BAD_SUFFIX)
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Complete rows of a JSONL file; a torn last line is ignored."""
+    """Complete rows of a JSONL file; a torn last line is ignored, a corrupt line skipped with a warning naming
+    the file and the line."""
     if not path.exists():
         return []
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if not line.endswith("\n"):
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            if not line.endswith(b"\n"):
                 break
-            if line.strip():
-                rows.append(json.loads(line))
+            row = _parse_row(line)
+            if row is None:
+                log.warning("%s: line %d is not a JSON row (a write cut short); skipped", path, number)
+                continue
+            rows.append(row)
     return rows
+
+
+class RunLocked(RuntimeError):
+    """Another process holds a run folder's lock (raised only when not waiting)."""
+
+
+class RunLock:
+    """An exclusive `flock` on `<run folder>/run.lock` for the life of one writer: a twin command waits for
+    it, saying once whom it waits for; the kernel releases it when the holder dies, however it dies."""
+
+    def __init__(self, run_dir: Path, rank: int = 0, wait: bool = True) -> None:
+        self.path = run_dir / (LOCK_NAME if rank == 0 else f"{LOCK_NAME}.rank{rank}")
+        self._file = None
+        while self._file is None:
+            run_dir.mkdir(parents=True, exist_ok=True)  # again: a holder that wrote nothing removes its folder
+            f = open(self.path, "a+")
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                f.seek(0)
+                holder = f.read().strip() or "another process"
+                if not wait:
+                    f.close()
+                    raise RunLocked(f"{run_dir} is being written by {holder}; wait for it or stop it") from None
+                log.warning("%s is being written by %s: waiting for it to finish", run_dir, holder)
+                fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                same = os.stat(self.path).st_ino == os.fstat(f.fileno()).st_ino
+            except FileNotFoundError:  # the holder removed the folder's lock (a run that wrote nothing)
+                same = False
+            if not same:
+                f.close()
+                continue
+            f.seek(0)
+            f.truncate()
+            f.write(f"pid {os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+            f.flush()
+            self._file = f
+
+    def release(self) -> None:
+        """Remove the lock file and let go (a waiter then sees the removal and locks afresh)."""
+        if self._file is None:
+            return
+        self.path.unlink(missing_ok=True)
+        fcntl.flock(self._file, fcntl.LOCK_UN)
+        self._file.close()
+        self._file = None
 
 
 @contextmanager
@@ -66,17 +152,28 @@ def _append_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
         os.fsync(f.fileno())
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Replace `path` by `data` atomically; nothing is written when it holds `data` already (a rerun that
+    changed nothing leaves committed results as they are)."""
+    try:
+        if path.read_bytes() == data:
+            return
+    except OSError:
+        pass
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     try:
-        with _naming(path), open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
+        with _naming(path), open(tmp, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
     except OSError:
         tmp.unlink(missing_ok=True)
         raise
     os.replace(tmp, path)
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    _atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def schema_order(columns: Iterable[str]) -> list[str]:
@@ -102,9 +199,11 @@ def _locked(path: Path):
 
 
 class ResultsStore:
-    """Files of one run under `<output_dir>/<name>/<run_id>/`, written by one rank of `world_size`."""
+    """Files of one run under `<output_dir>/<name>/<run_id>/`, written by one rank of `world_size`, which holds
+    the folder's lock from here until `close` (a twin command waits for it)."""
 
-    def __init__(self, output_dir: str | Path, name: str, run_id: str, rank: int = 0, world_size: int = 1):
+    def __init__(self, output_dir: str | Path, name: str, run_id: str, rank: int = 0, world_size: int = 1,
+                 wait: bool = True):
         self.experiment_dir = Path(output_dir) / name
         self.run_dir = self.experiment_dir / run_id
         self.run_id, self.rank, self.world_size = run_id, rank, world_size
@@ -121,9 +220,18 @@ class ResultsStore:
         self.own_timing = self.run_dir / f"timing{suffix}.jsonl"
         self.run_json = self.run_dir / "run.json"
         self.runs_csv = self.experiment_dir / "runs.csv"
-        _repair_tail(self.own_samples)
-        _repair_tail(self.own_traces)
-        _repair_tail(self.own_timing)
+        self.lock = RunLock(self.run_dir, rank, wait)
+        for path in {self.own_samples, self.own_traces, self.own_timing, *([self.samples_path, self.traces_path,
+                                                                            self.timing_path] if rank == 0 else [])}:
+            _repair(path)
+
+    def close(self) -> None:
+        """Let go of the run folder (the next writer may start)."""
+        self.lock.release()
+
+    def pending_shards(self) -> bool:
+        """Whether rank files wait to be merged (a data-parallel run decoded rows since the last merge)."""
+        return any(any(self.run_dir.glob(f"{kind}.rank*.jsonl")) for kind in ("samples", "traces", "timing"))
 
     def discard_if_empty(self) -> None:
         """Remove the folders this store created while they hold no row (a run that failed before its first
@@ -131,6 +239,7 @@ class ResultsStore:
         for own in (self.own_samples, self.own_traces, self.own_timing):
             if own.exists() and not read_jsonl(own):
                 own.unlink()
+        self.close()
         for path in reversed(self._created):
             try:
                 path.rmdir()

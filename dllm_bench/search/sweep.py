@@ -32,7 +32,7 @@ log = logging.getLogger("dllm_bench.search")
 OBJECTIVES = {"accuracy": "maximize", "nfe_mean": "minimize", "steps_mean": "minimize",
               "tokens_per_forward": "maximize", "tokens_per_s": "maximize", "latency_s_mean": "minimize"}
 # top-level keys that change neither a trial's outputs nor its objective values: left out of the study's digest
-NOT_IN_DIGEST = ("hydra", "name", "output_dir", "progress", "trace", "warmup", "timing_docs")
+NOT_IN_DIGEST = ("hydra", "name", "output_dir", "progress", "trace", "warmup", "timing_docs", "resume_changed")
 
 
 def direction_names(direction: Any) -> list[str]:
@@ -68,8 +68,10 @@ def sqlite_storage(storage: str | None) -> str:
 def study_digest(config: DictConfig, searched: list[str], extra: dict[str, Any]) -> str:
     """12 hex chars of everything that fixes a trial's outcome except the searched keys: the resolved run config
     (limit and offset included: they change the objectives), the checkpoint's fingerprint, and `extra`
-    (space, objectives, directions, sampler, grid). Two searches share a study only when this matches."""
+    (space, objectives, directions, sampler, grid). Two searches share a study only when this matches; paths
+    into the package count as `<dllm_bench>/...`, so a clone at another path finds the same study."""
     from dllm_bench.models.loading import checkpoint_fingerprint
+    from dllm_bench.runner.config import PACKAGE_DIR, PACKAGE_MARK
 
     # key by key: resolving the whole config would resolve the hydra node's per-job keys, unset in the sweeper
     data = {key: OmegaConf.to_container(config[key], resolve=True) if OmegaConf.is_config(config[key])
@@ -85,7 +87,7 @@ def study_digest(config: DictConfig, searched: list[str], extra: dict[str, Any])
             parent.pop(dotted.split(".")[-1], None)
     model = data.get("model") or {}
     model["fingerprint"] = checkpoint_fingerprint(str(model.get("name_or_path")))
-    blob = json.dumps({"config": data, **extra}, sort_keys=True, default=str)
+    blob = json.dumps({"config": data, **extra}, sort_keys=True, default=str).replace(str(PACKAGE_DIR), PACKAGE_MARK)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 

@@ -41,6 +41,17 @@ def test_shards_sum_and_seeds_pool():
     assert agg.run_ids == ("r0", "r1", "r2")
 
 
+def test_runs_over_the_same_documents_count_once_the_largest_then_the_latest():
+    rows = _rows((0, 0, 100, 60, 1200, 2400, 20.0),   # the run, under older code
+                 (0, 0, 20, 20, 200, 400, 4.0),        # a limit=20 check, later
+                 (0, 0, 100, 70, 1100, 2300, 19.0),    # the same setting rerun after a commit: its own run id
+                 (0, 100, 50, 25, 500, 1000, 9.0))     # a disjoint shard
+    rows["finished_at"] = ["2026-01-01", "2026-01-02", "2026-01-03", "2026-01-01"]
+    agg = aggregate_runs(rows)
+    assert agg.run_ids == ("r2", "r3") and agg.n_samples == 150 and agg.n_repeats == 1
+    assert agg.accuracy == pytest.approx(100 * 95 / 150)
+
+
 def test_schema_errors_name_the_columns():
     with pytest.raises(ValueError, match="lack columns .*n_correct"):
         aggregate_runs(pd.DataFrame({"run_id": ["a"], "n_samples": ["1"]}))

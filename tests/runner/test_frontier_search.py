@@ -150,5 +150,5 @@ def test_make_frontier_search_command():
     module = frontier_script()
     cmd = module.search_command(module.parse_args(["--rule", "threshold", "--trials", "5", "batch_size=50"]), True)
     assert cmd[1:] == ["-m", "dllm_bench.run", "hparams_search=threshold", "task=sudoku", "model=tiny_llada",
-                       "output_dir=results/frontier", "name=tiny_llada_sudoku", "limit=200", "progress=false",
+                       "output_dir=results/frontier_local", "name=tiny_llada_sudoku", "limit=200", "progress=false",
                        "batch_size=50", "hydra.sweeper.n_trials=5", "hydra.sweeper.grid=true"]

@@ -27,6 +27,7 @@ def test_torn_last_line_is_ignored_and_repaired(tmp_path):
     with open(store.samples_path, "a") as f:
         f.write('{"sample_id": "s2", "doc_ind')  # a write cut by SIGKILL
     assert store.finished_ids() == {"s0", "s1"}
+    store.close()  # a killed writer's lock is gone with it
     again = ResultsStore(tmp_path, "exp", "run")
     again.append_samples([row(2)])
     assert [r["sample_id"] for r in read_jsonl(again.samples_path)] == ["s0", "s1", "s2"]
@@ -40,6 +41,8 @@ def test_merge_folds_rank_files_in_document_order_without_duplicates(tmp_path):
     assert r0.finished_ids() == {f"s{i}" for i in range(5)}
     merged = r0.merge()
     assert [r["sample_id"] for r in merged] == [f"s{i}" for i in range(5)]
+    r0.close()
+    r1.close()
     assert sorted(p.name for p in r0.run_dir.iterdir()) == ["samples.jsonl"]
     assert [r["sample_id"] for r in read_jsonl(r0.samples_path)] == [f"s{i}" for i in range(5)]
 
