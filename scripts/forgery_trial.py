@@ -144,7 +144,8 @@ def other_cases(data: str) -> None:
         try:
             for hook in (True, False):
                 r = sandbox.execute(program, 5, sandbox.Limits(audit_hook=hook))
-                print(f"/tmp with a root under /tmp, hook {'on' if hook else 'off'}: writing /tmp {r.status} ({r.reason})")
+                print(f"/tmp with a root under /tmp, hook {'on' if hook else 'off'}: writing /tmp {r.status} "
+                      f"({r.reason})")
         finally:
             sandbox._python_roots = roots
     if os.geteuid() != 0:
@@ -179,7 +180,8 @@ def main() -> None:
     p.add_argument("--modes", nargs="+", default=["lm_eval", "paper"], choices=["lm_eval", "paper"])
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--other-cases", action="store_true", help="also the neighbour, /tmp, status-word, weaker-mode cases")
+    p.add_argument("--other-cases", action="store_true",
+                   help="also the neighbour, /tmp, status-word and weaker-mode cases")
     p.add_argument("--out", default=None, help="write every row (attack, task, mode, sample id, verdict) as JSONL")
     args = p.parse_args()
     rows = []

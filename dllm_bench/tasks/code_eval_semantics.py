@@ -212,7 +212,7 @@ def code_eval_program(program: str, timeout_s: float = CODE_EVAL_TIMEOUT_S) -> s
 
 
 def code_eval_runner(timeout_s: float = CODE_EVAL_TIMEOUT_S) -> str:
-    """The harness runner (sandbox.ProgramWithTests.runner) that judges a candidate and its tests under code_eval's semantics."""
+    """The harness runner (sandbox.ProgramWithTests.runner) judging a candidate and its tests as code_eval did."""
     if not timeout_s > 0:
         raise ValueError(f"timeout_s={timeout_s!r}: expected a positive number of wall-clock seconds")
     text = CODE_EVAL_RUNNER

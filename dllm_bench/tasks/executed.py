@@ -1,9 +1,10 @@
 """Tasks scored by running the model's code against official tests in the sandbox (HumanEval, MBPP).
 
-The candidate and the tests run apart (sandbox.ProgramWithTests): the tests' names are out of the candidate's globals, and
-the verdict comes over the harness's private report pipe. Where this harness fails a program, the published
-harness (code_eval's `exec` of candidate + tests in one namespace, with the venv's package data in view) runs it
-too: a program it would have passed is counted (`published_passed_ours_failed`, docs/sandbox.md "Forged passes").
+The candidate and the tests run apart (sandbox.ProgramWithTests): the tests' names are out of the candidate's
+globals, and the verdict comes over the harness's private report pipe. Where this harness fails a program, the
+published harness (code_eval's `exec` of candidate + tests in one namespace, the venv's package data in view)
+runs it too: a program it would have passed is counted (`published_passed_ours_failed`, docs/sandbox.md,
+"Forged passes").
 """
 
 from __future__ import annotations

