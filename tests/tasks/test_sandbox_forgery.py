@@ -133,18 +133,20 @@ HOG = ("import os, signal, sys\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
 BUSY = "def f():\n    s = 0\n    for i in range(4_000_000):\n        s += i\n    return 1\n"  # ~0.3 s of CPU
 
 
-def test_a_neighbour_spinning_over_new_sessions_cannot_time_out_an_honest_sample(mbpp_docs, fixtures_dir):
-    """Before issue 37 an honest sample beside this hog timed out under code_eval's 3 s; each sample now gets at
-    most one CPU (its cgroup's quota), and the kernel shares the machine between the samples' cgroups."""
+@pytest.mark.parametrize("mode", MODES)
+def test_a_neighbour_spinning_over_new_sessions_cannot_time_out_an_honest_sample(mbpp_docs, fixtures_dir, mode):
+    """Before issue 37 an honest sample beside this hog timed out under code_eval's 3 s (paper mode); each sample
+    now gets at most one CPU (its cgroup's quota), and the kernel shares the machine between the samples' cgroups.
+    (In lm_eval mode the audit hook refuses the spawn and the limit is CPU time: the hog cannot reach it.)"""
     if "quota" not in sandbox_cgroup.capabilities():
         pytest.skip("no writable cgroup CPU controller here: docs/sandbox.md says what the fallback holds")
-    task = _task("mbpp", "paper", fixtures_dir)
-    doc = {**mbpp_docs[0], "test_list": ["assert f() == 1"] * 3}
+    task = _task("mbpp", mode, fixtures_dir)
+    doc = {**mbpp_docs[0], "test_list": ["assert f() == 1"] * 3, "test_setup_code": ""}
     t0 = time.monotonic()
     hog, *honest = task.score_many([HOG, BUSY, BUSY], [doc] * 3, workers=3)
-    assert not hog.correct and hog.details["status"] == "timeout"
+    assert not hog.correct and hog.details["status"] in ("timeout", "failed")
     assert [s.correct for s in honest] == [True, True], [s.details for s in honest]
-    assert time.monotonic() - t0 < 60
+    assert time.monotonic() - t0 < 90
 
 
 def test_the_quota_is_set(monkeypatch):
@@ -164,8 +166,9 @@ def test_the_quota_is_set(monkeypatch):
 TMP_WRITER = "open('/tmp/by_program', 'w').write('ok')\nassert open('/tmp/by_program').read() == 'ok'\n"
 
 
+@pytest.mark.parametrize("hook", [True, False])  # lm_eval mode's hook on, paper mode's off
 @pytest.mark.parametrize("path", ["two_bwrap", "one_bwrap"])
-def test_tmp_is_writable_when_a_bound_root_lies_under_tmp(tmp_path, monkeypatch, use_bwrap_path, path):
+def test_tmp_is_writable_when_a_bound_root_lies_under_tmp(tmp_path, monkeypatch, use_bwrap_path, path, hook):
     """A clone under /tmp binds its venv there: /tmp then becomes a tmpfs of its own holding the read-only bind
     (before issue 37 the whole of /tmp was read-only and an honest program writing it failed)."""
     use_bwrap_path(path)
@@ -177,7 +180,7 @@ def test_tmp_is_writable_when_a_bound_root_lies_under_tmp(tmp_path, monkeypatch,
     roots = sandbox._python_roots
     monkeypatch.setattr(sandbox, "_python_roots", lambda site: [*roots(site), str(clone)])
     reader = f"assert open({str(clone / 'marker')!r}).read() == 'bound'\n" + TMP_WRITER
-    results = execute_many([TMP_WRITER, reader], timeout_s=5, workers=2, limits=Limits(audit_hook=False))
+    results = execute_many([TMP_WRITER, reader], timeout_s=5, workers=2, limits=Limits(audit_hook=hook))
     assert [r.status for r in results] == ["passed", "passed"], [(r.status, r.reason) for r in results]
     assert not (clone / "by_program").exists() and not os.path.exists("/tmp/by_program")
 
