@@ -92,6 +92,7 @@ def run(candidate, tests, report):
     def on_alarm(signum, frame):
         raise TimeoutException("Timed out!")
 
+    pristine = builtins.__dict__.copy()  # the tests' builtins, as the guard left them
     result = None
     stream = WriteOnly()
     try:
@@ -107,7 +108,9 @@ def run(candidate, tests, report):
             del whole
             space = {}
             run_code(parts[0], space)
-            run_code(parts[1], space.copy())
+            space = space.copy()
+            space["__builtins__"] = pristine
+            run_code(parts[1], space)
         finally:
             set_timer(real, 0)
     except TimeoutException:

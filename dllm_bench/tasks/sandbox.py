@@ -114,6 +114,7 @@ def _run():
     main = types.ModuleType("__main__")
     sys.modules["__main__"] = main
     sys.argv = ["program.py"]
+    pristine = builtins.__dict__.copy()  # the tests' builtins: what the program rewrites there stays its own
     if runner is not None:
         runner(texts[0], texts[1], report)
         return
@@ -124,7 +125,9 @@ def _run():
             as_code(texts[0] + "\n" + texts[1], "program.py", "exec")  # a syntax error reads as in one program
             candidate, tests = as_code(texts[0], "program.py", "exec"), as_code(texts[1], "tests.py", "exec")
             run_code(candidate, main.__dict__)
-            run_code(tests, main.__dict__.copy())  # the tests' own names (check, ...) stay out of its globals
+            space = main.__dict__.copy()  # the tests' own names (check, ...) stay out of the program's globals
+            space["__builtins__"] = pristine
+            run_code(tests, space)
     except stop:
         report("S")
         raise

