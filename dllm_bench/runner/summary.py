@@ -66,10 +66,15 @@ def summarise(rows: list[dict[str, Any]], count_rule: str, scoring: str = "lm_ev
 
 
 def sandbox_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
-    """Code tasks: how many samples got each sandbox verdict (`sandbox_<status>`); empty for other tasks."""
+    """Code tasks: how many samples got each sandbox verdict (`sandbox_<status>`), and how many the published
+    harness would have passed where this one did not (`sandbox_published_passed_ours_failed`: forged passes,
+    docs/sandbox.md); empty for other tasks."""
     if not any("sandbox_status" in r for r in rows):
         return {}
-    return {f"sandbox_{s}": sum(r.get("sandbox_status") == s for r in rows) for s in STATUSES}
+    counts = {f"sandbox_{s}": sum(r.get("sandbox_status") == s for r in rows) for s in STATUSES}
+    counts[PUBLISHED_ONLY] = sum(r.get("sandbox_published_passed") is True and r.get("sandbox_status") != "passed"
+                                 for r in rows)
+    return counts
 
 
 def summarise_timing(timed: list[dict[str, Any]], rows: list[dict[str, Any]], count_rule: str,
@@ -103,7 +108,8 @@ SUMMARY_COLUMNS = ("n_samples", "n_correct", "accuracy", "accuracy_ci_low", "acc
                    "nfe_total", "steps_mean", "tokens_total", "tokens_per_forward", "forward_positions_total", "tokens_per_s", "latency_s_mean",
                    "wall_time_s_total", "count_rule")
 # code tasks: samples per sandbox verdict (docs/sandbox.md, "The verdict"), after the summary columns
-SANDBOX_COLUMNS = tuple(f"sandbox_{s}" for s in STATUSES)
+PUBLISHED_ONLY = "sandbox_published_passed_ours_failed"
+SANDBOX_COLUMNS = (*(f"sandbox_{s}" for s in STATUSES), PUBLISHED_ONLY)
 # the batched mode's batch-1 timing pass (only in runs with `timing_docs`), after the summary columns
 TIMING_PASS_COLUMNS = ("timing_batch_size", "timing_n_samples", "timing_tokens_total", "timing_tokens_per_s",
                        "timing_latency_s_mean", "timing_wall_time_s_total", "timing_agreement")

@@ -8,9 +8,16 @@ guard, and so do the modules of PRELOADED that the program names); stdout/stderr
 timer raises a timeout exception after `timeout` wall-clock seconds (3.0 by default), and the child is killed
 one second later if it is still alive. Everything else (memory, CPU time) is unlimited there.
 
-`code_eval_program` builds a wrapper program that reproduces this inside our sandbox (which runs it as
-`__main__`): the wrapper reaches its end only when code_eval would report "passed", and otherwise exits with
-status 1 after writing code_eval's own result text ("timed out", "failed: <exception>") to stderr.
+`CODE_EVAL_RUNNER` reproduces this as the sandbox's harness runner (sandbox.ProgramWithTests): the same guard, timer and
+buffers, but the candidate and the tests each run in their own namespace (the tests in a copy of the candidate's
+globals, so `check` is never in the candidate's reach), the streams are swapped by plain assignment (no
+context manager the program could disarm), and the result ("passed", "timed out", "failed: <exception>",
+code_eval's own text) goes to the harness over the sandbox's report pipe, never through what the program prints.
+On every honest program its verdict and text are code_eval's (tests/fixtures/tasks/paper/code_eval_probes.json).
+
+`code_eval_program` is the published harness itself, as one program with code_eval's `with redirect_stdout(...)`
+structure, in one namespace: the run that says what code_eval would have reported for a program this harness
+failed (executed.py counts those verdicts).
 """
 
 from __future__ import annotations
@@ -33,6 +40,95 @@ CODE_EVAL_TIMEOUT_S = 3.0  # code_eval's `timeout` default; lm-eval passes none
 KILL_GRACE_S = 1.0          # code_eval joins the child for timeout + 1 s, then kills it
 STARTUP_ALLOWANCE_S = 2.0   # our sandbox's backstop also covers starting bwrap, the interpreter and PRELOADED
 RESULT_PREFIX = "code_eval: "
+
+CODE_EVAL_RUNNER = r'''
+def run(candidate, tests, report):
+    import builtins, faulthandler, io, os, re, shutil, signal, sys, tempfile
+    try:
+        import subprocess
+    except (ImportError, PermissionError):  # refused by the sandbox's audit hook: Popen is out of reach anyway
+        subprocess = None
+    base_error, run_code, as_code, leave = BaseException, exec, compile, os._exit
+    set_timer, on_signal, real, alarm = signal.setitimer, signal.signal, signal.ITIMER_REAL, signal.SIGALRM
+    streams = sys.stdout, sys.stderr, sys.stdin
+    source = candidate + "\n" + tests
+
+    for name in PRELOADED:
+        if re.search(r"\b%s\b" % name, source):
+            try:
+                __import__(name)
+            except ImportError:
+                pass
+    tempfile.gettempdir()  # code_eval made the child's work dir with tempfile first, so this is cached there too
+
+    class TimeoutException(Exception):
+        pass
+
+    class WriteOnly(io.StringIO):
+        def read(self, *args, **kwargs):
+            raise OSError
+
+        def readline(self, *args, **kwargs):
+            raise OSError
+
+        def readlines(self, *args, **kwargs):
+            raise OSError
+
+        def readable(self, *args, **kwargs):
+            return False
+
+    faulthandler.disable()
+    for name in DISABLED_BUILTINS[:2]:
+        setattr(builtins, name, None)
+    os.environ["OMP_NUM_THREADS"] = "1"
+    for module, names in ((os, DISABLED_OS), (shutil, DISABLED_SHUTIL), (subprocess, DISABLED_SUBPROCESS)):
+        for name in names if module is not None else ():
+            setattr(module, name, None)
+    for name in DISABLED_BUILTINS[2:]:
+        setattr(builtins, name, None)
+    for name in HIDDEN_MODULES:
+        sys.modules[name] = None
+
+    def on_alarm(signum, frame):
+        raise TimeoutException("Timed out!")
+
+    pristine = builtins.__dict__.copy()  # the tests' builtins, as the guard left them
+    result = None
+    stream = WriteOnly()
+    try:
+        sys.stdout = sys.stderr = sys.stdin = stream
+        set_timer(real, SECONDS)
+        on_signal(alarm, on_alarm)
+        try:
+            whole = as_code(source, "<string>", "exec")  # a syntax error reads as in code_eval's one program
+            try:
+                parts = as_code(candidate, "<string>", "exec"), as_code(tests, "<string>", "exec")
+            except SyntaxError as e:
+                raise SyntaxError("the program's text runs into the tests (%s)" % (e,)) from None
+            del whole
+            space = {}
+            run_code(parts[0], space)
+            space = space.copy()
+            space["__builtins__"] = pristine
+            run_code(parts[1], space)
+        finally:
+            set_timer(real, 0)
+    except TimeoutException:
+        result = "timed out"
+    except base_error as e:
+        try:
+            result = "failed: %s" % (e,)
+        except base_error:
+            result = "failed: (an exception that cannot be printed)"
+    finally:
+        sys.stdout, sys.stderr, sys.stdin = streams
+    if result is None:
+        report("P")
+        return
+    report("T" if result == "timed out" else "F", result.replace("\n", " "))
+    leave(1)
+'''
+
 
 _WRAPPER = r'''
 def _code_eval_run(source, seconds):
@@ -118,17 +214,23 @@ def code_eval_program(program: str, timeout_s: float = CODE_EVAL_TIMEOUT_S) -> s
     return text.replace("SOURCE", repr(program))  # last: the program's own text is never rewritten
 
 
+def code_eval_runner(timeout_s: float = CODE_EVAL_TIMEOUT_S) -> str:
+    """The harness runner (sandbox.ProgramWithTests.runner) judging a candidate and its tests as code_eval did."""
+    if not timeout_s > 0:
+        raise ValueError(f"timeout_s={timeout_s!r}: expected a positive number of wall-clock seconds")
+    text = CODE_EVAL_RUNNER
+    for name in ("DISABLED_OS", "DISABLED_SHUTIL", "DISABLED_SUBPROCESS", "DISABLED_BUILTINS", "HIDDEN_MODULES",
+                 "PRELOADED"):
+        text = text.replace(name, repr(globals()[name]))
+    return text.replace("SECONDS", repr(float(timeout_s)))
+
+
 def kill_after_s(timeout_s: float = CODE_EVAL_TIMEOUT_S) -> float:
     """The sandbox's wall-clock backstop for a code_eval run: code_eval's kill time plus interpreter start-up."""
     return timeout_s + KILL_GRACE_S + STARTUP_ALLOWANCE_S
 
 
-def code_eval_result(stderr: str, passed: bool) -> str:
-    """code_eval's result text for a wrapper run: "passed", or the wrapper's "timed out" / "failed: ..." line;
+def code_eval_result(report: str, passed: bool) -> str:
+    """code_eval's result text for a run of CODE_EVAL_RUNNER: "passed", or the reported "timed out" / "failed: ...";
     "" when the sandbox itself ended the run (backstop, memory), which the caller reports from its status."""
-    if passed:
-        return "passed"
-    for line in reversed(stderr.splitlines()):
-        if line.startswith(RESULT_PREFIX):
-            return line[len(RESULT_PREFIX):]
-    return ""
+    return "passed" if passed else report

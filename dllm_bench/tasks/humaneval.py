@@ -68,6 +68,6 @@ class HumanEval(ExecutedTask):
             return doc["prompt"] + code
         return doc["prompt"] + cut_at_stops(completion, self.stop_strings)
 
-    def program(self, code: str, doc: dict) -> str:
-        """Solution code followed by the official tests and the check call."""
-        return f"{code}\n\n{doc['test']}\n\ncheck({doc['entry_point']})\n"
+    def tests(self, doc: dict) -> str:
+        """The official tests and the check call (after the solution code: `program` = code + "\\n" + these)."""
+        return f"\n{doc['test']}\n\ncheck({doc['entry_point']})\n"

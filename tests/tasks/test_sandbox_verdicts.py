@@ -32,7 +32,9 @@ def test_a_code_task_scores_each_verdict_with_its_reason():
 def test_verdict_fields_keep_the_first_line_and_skip_other_tasks():
     details = {"status": "error", "reason": "could not start: [Errno 2] no bwrap\nsecond line", "isolation": "bwrap"}
     assert verdict_fields(details) == {"isolation": "bwrap", "sandbox_status": "error",
-                                       "sandbox_reason": "could not start: [Errno 2] no bwrap"}
+                                       "sandbox_reason": "could not start: [Errno 2] no bwrap",
+                                       "sandbox_published_passed": None}
+    assert verdict_fields({**details, "published_passed": True})["sandbox_published_passed"] is True
     assert verdict_fields({"extracted_answer": "42"}) == {}
 
 
@@ -45,14 +47,16 @@ def _row(status: str | None, correct: bool) -> dict:
 def test_runs_csv_counts_each_verdict_after_the_summary_columns():
     rows = [_row("passed", True), _row("failed", False), _row("timeout", False), _row("killed", False),
             _row("timeout", False)]
+    rows[1]["sandbox_published_passed"] = rows[2]["sandbox_published_passed"] = True  # forged passes, counted
+    rows[3]["sandbox_published_passed"] = False
     summary = summarise(rows, "cut")
     assert {k: summary[k] for k in SANDBOX_COLUMNS} == {"sandbox_passed": 1, "sandbox_failed": 1, "sandbox_timeout": 2,
                                                        "sandbox_killed": 1, "sandbox_no_sentinel": 0,
-                                                       "sandbox_error": 0}
+                                                       "sandbox_error": 0, "sandbox_published_passed_ours_failed": 2}
     assert not any(k.startswith("sandbox_") for k in summarise([_row(None, True)], "cut"))
     order = schema_order(["sandbox_timeout", "task.name", *SUMMARY_COLUMNS, "run_id", "world_size", "sandbox_passed"])
     assert order.index("sandbox_passed") > order.index(SUMMARY_COLUMNS[-1]) and order[-1] == "world_size"
-    assert len(STATUSES) == len(SANDBOX_COLUMNS)
+    assert len(STATUSES) + 1 == len(SANDBOX_COLUMNS)
 
 
 def test_a_table_notes_the_verdicts_of_each_code_cell():
