@@ -11,7 +11,6 @@ prompts into the ``input_ids`` that :func:`dllm_bench.decoding.generate` takes.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ def evaluate(overrides: Mapping[str, Any] | None = None, *, experiment: str | No
     """
     from dllm_bench.report.runs import compose_config
     from dllm_bench.runner.execute import execute
+    from dllm_bench.runner.store import read_jsonl
 
     cfg = compose_config(experiment, dict(overrides or {}))
     cfg.pop("hydra", None)
@@ -37,16 +37,11 @@ def evaluate(overrides: Mapping[str, Any] | None = None, *, experiment: str | No
     if run is None:  # a rank other than 0 of a distributed run: rank 0 holds the rows
         return pd.DataFrame()
     folder = Path(cfg["output_dir"]) / str(cfg["name"]) / str(run["run_id"])
-    frame = pd.DataFrame(_read_rows(folder / "samples.jsonl"))
+    frame = pd.DataFrame(read_jsonl(folder / "samples.jsonl"))
     if "doc_index" in frame:
         frame = frame.sort_values("doc_index", kind="stable").reset_index(drop=True)
     frame.attrs["run"] = dict(run)
     return frame
-
-
-def _read_rows(path: Path) -> list[dict[str, Any]]:
-    with path.open(encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def encode_prompts(model: Any, prompts: Sequence[str], *, chat: bool = True) -> tuple[torch.Tensor, torch.Tensor]:

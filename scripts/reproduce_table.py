@@ -44,6 +44,7 @@ from dllm_bench.report.profile import TraceGroup, analyse_group, plot_profile, p
 from dllm_bench.report.render import settings_short, write_table  # noqa: E402
 from dllm_bench.report.runs import compose_config, find_runs_csv, override_list, read_runs  # noqa: E402
 from dllm_bench.report.tables import TABLES, TableSpec, get_table, table_cells  # noqa: E402
+from dllm_bench.runner.store import pack_run, stored  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -180,6 +181,15 @@ def dry_run_command(spec: TableSpec, result: CellResult, args: argparse.Namespac
     return command
 
 
+def pack_table_runs(results: list[CellResult], results_dir: Path) -> None:
+    """Pack the per-sample files of a table's finished runs (runner.store.pack_run): the committed tables keep
+    theirs compressed, and every reader takes either form."""
+    for r in results:
+        if r.aggregate is not None and r.config is not None:
+            for run_id in r.aggregate.run_ids:
+                pack_run(results_dir / r.config["name"] / run_id)
+
+
 def build(spec: TableSpec, args: argparse.Namespace, can_gpu: bool) -> list[CellResult]:
     results_dir = Path(args.results_dir)
     results = resolve_table(spec, read_runs(find_runs_csv(results_dir)), extra=args.extra)
@@ -202,6 +212,7 @@ def build(spec: TableSpec, args: argparse.Namespace, can_gpu: bool) -> list[Cell
         ran = [run_cell(spec, r, results_dir, args.limit) for r in runnable]
         print(f"[{spec.name}] {sum(ran)} of {len(ran)} run(s) done in {time.perf_counter() - start:.0f} s", flush=True)
         results = resolve_table(spec, read_runs(find_runs_csv(results_dir)), extra=args.extra)
+        pack_table_runs(results, results_dir)
     paths = write_table(spec, results, args.out)
     write_frontiers(spec, results, results_dir, Path(args.out).parent / "plots")
     if spec.paper is None:
@@ -235,8 +246,8 @@ def write_profile(spec: TableSpec, results: list[CellResult], results_dir: Path,
         if r.aggregate is None or r.config is None or r.config["rule"]["name"] != "frechet":
             continue
         for run_id in r.aggregate.run_ids:
-            path = results_dir / r.config["name"] / run_id / "traces.jsonl"
-            if path.is_file():
+            path = stored(results_dir / r.config["name"] / run_id / "traces.jsonl")  # plain or packed
+            if path is not None:
                 by_delta.setdefault(float(r.config["rule"]["delta"]), []).append(path)
     if not by_delta:
         print(f"[{spec.name}] no traced Fréchet run: no confidence-profile analysis", flush=True)

@@ -8,6 +8,7 @@ isolates the rule from the trajectory it would have produced.
 
 from __future__ import annotations
 
+import gzip
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,8 @@ def read_trace_steps(paths: list[Path | str]) -> list[dict]:
     """Every traced step with candidates, tagged with its sample id and file."""
     steps = []
     for path in paths:
-        with Path(path).open(encoding="utf-8") as handle:
+        opened = gzip.open(path, "rt", encoding="utf-8") if str(path).endswith(".gz") else Path(path).open(encoding="utf-8")
+        with opened as handle:
             for line_no, line in enumerate(handle, 1):
                 if not line.strip():
                     continue
@@ -76,7 +78,8 @@ def trace_groups(results_dir: Path | str) -> list[TraceGroup]:
     Pooling traces of different selectors would mix trajectories (a sequential run commits one token per
     step, the oracle many), so each group is analysed on its own."""
     groups: dict[str, tuple[str, dict[str, float], list[Path]]] = {}
-    for path in sorted(Path(results_dir).glob("*/*/traces.jsonl")):
+    # a run's traces, plain or packed for the repository (runner.store.pack_run)
+    for path in sorted([*Path(results_dir).glob("*/*/traces.jsonl"), *Path(results_dir).glob("*/*/traces.jsonl.gz")]):
         setting = _run_setting(path.parent)
         if setting is None:
             label, selector, params = f"unknown setting ({path.parent.name})", "", {}

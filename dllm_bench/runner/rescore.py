@@ -17,7 +17,7 @@ from typing import Any
 
 from dllm_bench.runner.config import flatten, local
 from dllm_bench.runner.environment import scoring_versions
-from dllm_bench.runner.store import ResultsStore, _atomic_write_text, read_jsonl
+from dllm_bench.runner.store import ResultsStore, _atomic_write_text, packed, read_jsonl
 from dllm_bench.runner.summary import count_column, summarise, summarise_timing
 from dllm_bench.runner.validate import ConfigError, build_task
 from dllm_bench.tasks.base import SCORING_MODES
@@ -106,6 +106,7 @@ def _write_rescored(store: ResultsStore, info: dict[str, Any], config: dict[str,
                     run_dir: Path, mode: str, run_id: str, generation_id: str) -> dict[str, Any]:
     """The rescored run's files and runs.csv row (under the rescored folder's lock)."""
     _atomic_write_text(store.samples_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    packed(store.samples_path).unlink(missing_ok=True)  # the plain file now holds every row
     summary = summarise(rows, config["count_rule"], mode)
     timed = timing_subsample(run_dir, rows, config.get("timing_docs"))
     if timed is not None:  # the batched mode: the generation run's batch-1 pass, counted under `mode`

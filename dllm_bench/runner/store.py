@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import errno
 import fcntl
+import gzip
 import io
 import json
 import logging
@@ -63,13 +64,28 @@ def _repair(path: Path) -> None:
                 "again", path, numbers, path.name, BAD_SUFFIX)
 
 
+PACKED = ".gz"  # a finished run's samples/traces packed for the repository (`pack_run`)
+
+
+def packed(path: Path) -> Path:
+    """The packed form of a run file (``samples.jsonl`` -> ``samples.jsonl.gz``)."""
+    return path.with_name(path.name + PACKED)
+
+
+def stored(path: Path) -> Path | None:
+    """The file holding a run file's rows: itself, else its packed form, else None."""
+    return path if path.exists() else packed(path) if packed(path).exists() else None
+
+
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Complete rows of a JSONL file; a torn last line is ignored, a corrupt line skipped with a warning naming
-    the file and the line."""
-    if not path.exists():
+    """Complete rows of a JSONL file (or of its packed ``.gz`` form where only that exists); a torn last line is
+    ignored, a corrupt line skipped with a warning naming the file and the line."""
+    found = stored(path) if not path.name.endswith(PACKED) else path if path.exists() else None
+    if found is None:
         return []
+    path = found
     rows = []
-    with open(path, "rb") as f:
+    with (gzip.open(path, "rb") if path.name.endswith(PACKED) else open(path, "rb")) as f:
         for number, line in enumerate(f, start=1):
             if not line.strip():
                 continue
@@ -247,7 +263,7 @@ class ResultsStore:
                 return
 
     def _sample_files(self) -> list[Path]:
-        return [self.samples_path, *sorted(self.run_dir.glob("samples.rank*.jsonl"))]
+        return [self.samples_path, packed(self.samples_path), *sorted(self.run_dir.glob("samples.rank*.jsonl"))]
 
     def finished_ids(self) -> set[str]:
         """Sample ids with a complete row in any sample file of this run (any earlier world size)."""
@@ -279,7 +295,10 @@ class ResultsStore:
 
     def merge(self) -> list[dict[str, Any]]:
         """Rank 0: fold every sample (trace, timing) file into samples.jsonl (traces.jsonl, timing.jsonl) in document
-        order, each sample once."""
+        order, each sample once. A packed run with nothing new is left as it is (a rerun rewrites no file); one that
+        gained rows is folded back into plain files."""
+        if packed(self.samples_path).exists() and not self.samples_path.exists() and not self.pending_shards():
+            return read_jsonl(self.samples_path)
         rows: dict[str, dict[str, Any]] = {}
         for path in self._sample_files():
             for row in read_jsonl(path):
@@ -287,7 +306,7 @@ class ResultsStore:
         ordered = sorted(rows.values(), key=lambda r: (r["doc_index"], str(r["sample_id"])))
         _atomic_write_text(self.samples_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in ordered))
         traces: dict[str, dict[str, Any]] = {}
-        for path in [self.traces_path, *sorted(self.run_dir.glob("traces.rank*.jsonl"))]:
+        for path in [self.traces_path, packed(self.traces_path), *sorted(self.run_dir.glob("traces.rank*.jsonl"))]:
             for row in read_jsonl(path):
                 traces.setdefault(str(row["sample_id"]), row)
         if traces:
@@ -296,7 +315,7 @@ class ResultsStore:
         timing = self.timing_rows()
         if timing:
             _atomic_write_text(self.timing_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in timing))
-        for pattern in ("samples.rank*.jsonl", "traces.rank*.jsonl", "timing.rank*.jsonl"):
+        for pattern in ("samples.rank*.jsonl", "traces.rank*.jsonl", "timing.rank*.jsonl", f"*.jsonl{PACKED}"):
             for path in self.run_dir.glob(pattern):
                 path.unlink()
         return ordered
@@ -322,3 +341,24 @@ class ResultsStore:
             writer.writeheader()
             writer.writerows(rows)
             _atomic_write_text(self.runs_csv, text.getvalue())
+
+
+def pack_run(run_dir: Path) -> int:
+    """Pack a finished run's samples.jsonl and traces.jsonl into ``.gz`` files (bytes fixed by their content: no
+    name or time in the header), for per-sample results kept in the repository; returns the bytes saved. A run with
+    shards still to merge is left alone. Every reader takes either form."""
+    if any(run_dir.glob("*.rank*.jsonl")) or not (run_dir / "run.json").exists():
+        return 0
+    saved = 0
+    for name in ("samples.jsonl", "traces.jsonl"):
+        plain = run_dir / name
+        if not plain.exists():
+            continue
+        data = plain.read_bytes()
+        buffer = io.BytesIO()
+        with gzip.GzipFile(filename="", mode="wb", compresslevel=9, fileobj=buffer, mtime=0) as f:
+            f.write(data)
+        _atomic_write_bytes(packed(plain), buffer.getvalue())
+        plain.unlink()
+        saved += len(data) - len(buffer.getvalue())
+    return saved

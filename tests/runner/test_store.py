@@ -139,3 +139,39 @@ def test_multi_task_submitit_job_exports_torchrun_variables(monkeypatch):
     monkeypatch.setenv("SLURM_NTASKS", "1")
     monkeypatch.delenv("WORLD_SIZE")
     assert not export_submitit_env()
+
+
+def test_a_packed_run_reads_the_same_rows_and_a_rerun_rewrites_nothing(tmp_path):
+    """Per-sample files packed for the repository (pack_run): the same rows for every reader, fixed bytes, no
+    rewrite by a rerun that decodes nothing, and folded back into plain files by one that adds rows."""
+    from dllm_bench.runner.store import pack_run, packed
+
+    store = ResultsStore(tmp_path, "exp", "run")
+    store.append_samples([row(1), row(0)])
+    store.append_traces([{"sample_id": "s0", "doc_index": 0, "steps": []}])
+    plain = store.merge()
+    store.write_run_json({"run_id": "run"})
+    store.close()
+    run_dir = store.run_dir
+    pack_run(run_dir)
+    assert not store.samples_path.exists() and packed(store.samples_path).exists()
+    first = packed(store.samples_path).read_bytes()
+    assert pack_run(run_dir) == 0 and packed(store.samples_path).read_bytes() == first  # nothing left to pack
+    again = ResultsStore(tmp_path, "exp", "run")
+    assert read_jsonl(again.samples_path) == plain and again.finished_ids() == {"s0", "s1"}
+    assert again.merge() == plain and not again.samples_path.exists()  # a no-op rerun leaves the packed file
+    again.append_samples([row(2)])  # a resume that decodes one more document
+    assert [r["sample_id"] for r in again.merge()] == ["s0", "s1", "s2"]
+    assert again.samples_path.exists() and not packed(again.samples_path).exists()
+    assert [r["sample_id"] for r in read_jsonl(again.traces_path)] == ["s0"]
+    again.close()
+
+
+def test_packing_leaves_a_run_with_shards_to_merge_alone(tmp_path):
+    from dllm_bench.runner.store import pack_run
+
+    r1 = ResultsStore(tmp_path, "exp", "run", rank=1, world_size=2)
+    r1.append_samples([row(1)])
+    (r1.run_dir / "run.json").write_text("{}")
+    assert pack_run(r1.run_dir) == 0 and (r1.run_dir / "samples.rank1.jsonl").exists()
+    r1.close()
