@@ -37,11 +37,15 @@ from dllm_bench.models.loading import token_ids
 from dllm_bench.runner.components import build_spec
 from dllm_bench.runner.compose import compose_run_config
 from dllm_bench.runner.config import CONF_DIR, to_container
+from dllm_bench.runner.errors import USER_ERRORS, one_line, traceback_requested
+from dllm_bench.runner.positions import check_answer_fits, model_positions
 from dllm_bench.runner.settings import GROUPS
 from dllm_bench.runner.validate import ConfigError, check_decoding, check_keys
 from dllm_bench.tasks.chat import chat_wrap
 
 log = logging.getLogger(__name__)
+
+PROG = "dllm_bench (lm-eval)"
 
 LM_EVAL_DEFAULT_DEVICE = "cuda:0"  # what lm-eval's CLI passes when no --device was given
 
@@ -117,6 +121,57 @@ def adapter_run_config(run_keys: dict[str, Any], pretrained: str | None) -> dict
     return c
 
 
+# DllmBenchLM's own keyword arguments (lm-eval's options and the likelihood settings); every other is a run key
+LM_EVAL_KEYS = ("pretrained", "batch_size", "max_batch_size", "device", "mc_num", "mc_batch_size", "check_greedy",
+                "stats_path", "max_length")
+
+
+def check_model_args(args: dict[str, Any]) -> dict[str, Any]:
+    """The run config of a model_args dict, refused as DllmBenchLM would refuse it, before any weights load."""
+    run_keys = {k: v for k, v in args.items() if k not in LM_EVAL_KEYS}
+    pretrained = args.get("pretrained")
+    if pretrained is None and "model.name_or_path" not in run_keys and "model" not in run_keys:
+        raise ConfigError("pretrained=None is not allowed: give the checkpoint (hub id or local directory) as "
+                          "pretrained= (lm-eval names its output folder after it) or model=<conf/model preset>")
+    c = adapter_run_config(run_keys, None if pretrained is None else str(pretrained))
+    positions = model_positions(str(c["model"]["name_or_path"]))
+    if positions is not None:
+        check_answer_fits(c["gen_length"], *positions)
+    return c
+
+
+def model_args_of(argv: list[str]) -> dict[str, Any] | None:
+    """`--model_args` of an lm-eval command line that asks for `--model dllm_bench` (None for another model)."""
+    from lm_eval.utils import simple_parse_args_string
+
+    def value(flag: str) -> str | None:
+        for i, arg in enumerate(argv):
+            if arg == flag and i + 1 < len(argv):
+                return argv[i + 1]
+            if arg.startswith(flag + "="):
+                return arg.split("=", 1)[1]
+        return None
+
+    if value("--model") != "dllm_bench":
+        return None
+    return simple_parse_args_string(value("--model_args") or "")
+
+
+def refuse(err: BaseException) -> None:
+    """One line on stderr, `dllm_bench (lm-eval): config error: ...`, and exit status 2 (the runner's way)."""
+    kind = "config error" if isinstance(err, ConfigError) else "error"
+    print(f"{PROG}: {kind}: {one_line(err)}", file=sys.stderr, flush=True)
+    raise SystemExit(2) from None
+
+
+def on_command_line() -> bool:
+    """Whether this process is lm-eval's command line (`lm_eval ...`, `python -m lm_eval` or this module)."""
+    main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    name = getattr(main_spec, "name", "") or ""
+    return (name.split(".")[0] in ("lm_eval", "dllm_bench")
+            or os.path.basename(sys.argv[0] if sys.argv else "") in ("lm_eval", "lm-eval"))
+
+
 def device_requested(device: str | None, argv: list[str] | None = None) -> bool:
     """Whether `device` is the user's choice rather than lm-eval's CLI default (`cuda:0` without --device)."""
     if device is None:
@@ -143,14 +198,18 @@ class DllmBenchLM(LM):
         **run_keys: Any,
     ) -> None:
         super().__init__()
-        if pretrained is None and "model.name_or_path" not in run_keys and "model" not in run_keys:
-            raise ConfigError("pretrained=None is not allowed: give the checkpoint (hub id or local directory) as "
-                              "pretrained= (lm-eval names its output folder after it) or model=<conf/model preset>")
-        c = adapter_run_config(run_keys, None if pretrained is None else str(pretrained))
-        if mc_num < 1 or mc_batch_size < 1 or mc_num % mc_batch_size:
-            raise ValueError(f"mc_num={mc_num}, mc_batch_size={mc_batch_size}: need mc_num a positive multiple of it")
-        if max_length not in (None, "None") and int(max_length) < 2:
-            raise ValueError(f"max_length={max_length}: a rolling window needs at least 2 tokens (context + target)")
+        try:
+            c = check_model_args({"pretrained": pretrained, **run_keys})
+            if mc_num < 1 or mc_batch_size < 1 or mc_num % mc_batch_size:
+                raise ConfigError(f"mc_num={mc_num}, mc_batch_size={mc_batch_size} are not allowed: mc_num must be "
+                                  "a positive multiple of mc_batch_size")
+            if max_length not in (None, "None") and int(max_length) < 2:
+                raise ConfigError(f"max_length={max_length} is not allowed: a rolling window needs at least 2 tokens "
+                                  "(context + target)")
+        except ConfigError as err:  # on the command line one line, exit 2; a caller of simple_evaluate gets it
+            if on_command_line() and not traceback_requested():
+                refuse(err)
+            raise
         model = str(c["model"]["name_or_path"])
         self.gen_length = None if run_keys.get("gen_length", 1) in (None, 0) else int(c["gen_length"])
         self.block_length = int(c["block_length"])
@@ -402,11 +461,21 @@ class DllmBenchLM(LM):
         return results
 
 
-def main() -> None:
-    """lm-eval's CLI with this model registered."""
+def main(argv: list[str] | None = None) -> None:
+    """lm-eval's CLI with this model registered; model_args are checked before lm-eval indexes its tasks, and an
+    error of ours (a config value, a checkpoint, a data file) is one line with exit status 2."""
     from lm_eval.__main__ import cli_evaluate
 
-    cli_evaluate()
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args = model_args_of(argv)
+        if args is not None:
+            check_model_args(args)
+        cli_evaluate()
+    except USER_ERRORS as err:
+        if traceback_requested():
+            raise
+        refuse(err)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ from dllm_bench.report.profile import TraceGroup, analyse_group, plot_profile, p
 from dllm_bench.report.render import settings_short, write_table  # noqa: E402
 from dllm_bench.report.runs import compose_config, find_runs_csv, override_list, read_runs  # noqa: E402
 from dllm_bench.report.tables import TABLES, TableSpec, get_table, table_cells  # noqa: E402
+from dllm_bench.runner.progress import CellProgress  # noqa: E402
 from dllm_bench.runner.store import pack_run, stored  # noqa: E402
 
 
@@ -138,8 +139,15 @@ def cuda_available() -> bool:
         return False
 
 
-def run_cell(spec: TableSpec, result: CellResult, results_dir: Path, limit: int | None) -> bool:
-    """Run one missing cell through the runner; True when it succeeded.
+def result_line(row: dict) -> str:
+    """A finished run's figures, as the runner's summary line gives them."""
+    return (f"accuracy {row['accuracy']:.4f} n={row['n_samples']} NFE {row['nfe_mean']:.2f} "
+            f"tok/s {row['tokens_per_s']:.1f}")
+
+
+def run_cell(spec: TableSpec, result: CellResult, results_dir: Path, limit: int | None,
+             position: str = "") -> str | None:
+    """Run one missing cell through the runner; its result line when it succeeded, None when it failed.
 
     GPU cells run as `python -m dllm_bench.run ...` (one process per 8B model, memory freed on exit); CPU
     cells (the tiny model) call the runner's `execute` in this process, as Hydra's basic sweep launcher does,
@@ -149,21 +157,30 @@ def run_cell(spec: TableSpec, result: CellResult, results_dir: Path, limit: int 
     if limit is not None:
         extra["limit"] = limit
     overrides = {**result.cell.overrides, **extra}
-    print(f"  $ dllm-bench experiment={spec.preset} " + " ".join(override_list(overrides)), flush=True)
+    print(f"  {position} $ dllm-bench experiment={spec.preset} " + " ".join(override_list(overrides)), flush=True)
     if not spec.needs_gpu:
         from dllm_bench.runner.execute import execute
 
         try:
-            execute(compose_config(spec.preset, overrides))
-            return True
+            return result_line(execute(compose_config(spec.preset, overrides)))
         except Exception as err:  # one failing cell must not stop the table
             print(f"  run failed ({type(err).__name__}: {err}); the cell stays missing", flush=True)
-            return False
+            return None
     cmd = [sys.executable, "-m", "dllm_bench.run", f"experiment={spec.preset}", *override_list(overrides)]
-    done = subprocess.run(cmd, cwd=REPO, env=RUN_ENV, check=False)
+    done = subprocess.run(cmd, cwd=REPO, env=RUN_ENV, check=False, stdout=subprocess.PIPE, text=True)
     if done.returncode != 0:
+        print(done.stdout, end="", flush=True)
         print(f"  run failed (exit {done.returncode}); the cell stays missing", flush=True)
-    return done.returncode == 0
+        return None
+    summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else "done"
+    return summary.split(": ", 1)[-1].split(" -> ")[0]  # the runner's line without its run id and folder
+
+
+def machine_cannot(spec: TableSpec, can_gpu: bool) -> str | None:
+    """Why this machine cannot run the table's missing cells; None when it can."""
+    if spec.needs_gpu and not can_gpu:
+        return "needs a GPU: no CUDA device here; --gpu runs it anyway"
+    return None
 
 
 def dry_run_command(spec: TableSpec, result: CellResult, args: argparse.Namespace) -> str:
@@ -190,36 +207,66 @@ def pack_table_runs(results: list[CellResult], results_dir: Path) -> None:
                 pack_run(results_dir / r.config["name"] / run_id)
 
 
-def build(spec: TableSpec, args: argparse.Namespace, can_gpu: bool) -> list[CellResult]:
+def resolve(spec: TableSpec, args: argparse.Namespace) -> list[CellResult]:
+    """The table's cells matched against the runs on disk."""
+    return resolve_table(spec, read_runs(find_runs_csv(Path(args.results_dir))), extra=args.extra)
+
+
+def runnable_cells(spec: TableSpec, results: list[CellResult], can_gpu: bool) -> list[CellResult]:
+    """The missing cells this machine can run."""
+    return [] if machine_cannot(spec, can_gpu) else [r for r in results if r.status == "missing"]
+
+
+def dry_run(spec: TableSpec, results: list[CellResult], args: argparse.Namespace, can_gpu: bool) -> None:
+    """Print each cell that is not filled, whether this machine can run it (and why not), and its command."""
+    cannot = machine_cannot(spec, can_gpu)
+    for r in results:
+        if r.status == "ok":
+            continue
+        why = (cannot or "runnable here") if r.status == "missing" else r.reason or "unavailable"
+        precision = (r.config or {}).get("confidence_precision", "float64")
+        command = f": {dry_run_command(spec, r, args)}" if r.command else ""
+        print(f"[{spec.name}] {r.status}, {why} (confidence_precision={precision}){command}")
+    counts = {s: sum(r.status == s for r in results) for s in ("ok", "missing", "unavailable")}
+    if counts["ok"] == len(results):
+        print(f"[{spec.name}] all {len(results)} cells filled")
+        return
+    runnable = len(runnable_cells(spec, results, can_gpu))
+    blocked = counts["missing"] - runnable
+    print(f"[{spec.name}] {counts['ok']} of {len(results)} cells filled, {counts['missing']} missing: {runnable} "
+          f"runnable here, {blocked} not runnable here" + (f" ({cannot})" if blocked else "")
+          + f"; {counts['unavailable']} unavailable")
+
+
+def build(spec: TableSpec, args: argparse.Namespace, can_gpu: bool, results: list[CellResult],
+          progress: CellProgress) -> list[CellResult]:
+    """Run the table's missing cells this machine can run (each one's result and the ETA as it ends), then write
+    the table, its plots and its profile."""
     results_dir = Path(args.results_dir)
-    results = resolve_table(spec, read_runs(find_runs_csv(results_dir)), extra=args.extra)
-    runnable = [r for r in results if r.status == "missing" and (not spec.needs_gpu or can_gpu)]
-    if args.dry_run:
-        todo = [r for r in results if r.command and r.status != "ok"]
-        for r in todo:
-            precision = (r.config or {}).get("confidence_precision", "float64")
-            print(f"[{spec.name}] {r.status} (confidence_precision={precision}): {dry_run_command(spec, r, args)}")
-        if not todo and all(r.status == "ok" for r in results):
-            print(f"[{spec.name}] all {len(results)} cells filled")
-        else:
-            counts = {s: sum(r.status == s for r in results) for s in ("ok", "missing", "unavailable")}
-            print(f"[{spec.name}] {counts['ok']} of {len(results)} cells filled, {counts['missing']} missing, "
-                  f"{counts['unavailable']} not runnable here")
-        return results
-    if runnable and not args.no_run:
-        print(f"[{spec.name}] running {len(runnable)} missing cell(s)", flush=True)
+    runnable = [] if args.no_run else runnable_cells(spec, results, can_gpu)
+    progress.plan(spec.name, len(runnable))
+    if runnable:
+        print(f"[{spec.name}] running {len(runnable)} missing cell(s); {progress.eta()} in all", flush=True)
         start = time.perf_counter()
-        ran = [run_cell(spec, r, results_dir, args.limit) for r in runnable]
+        ran = []
+        for r in runnable:
+            position = progress.start()
+            outcome = run_cell(spec, r, results_dir, args.limit, position)
+            label = f"{spec.name} {spec.label_row(r.cell.row)} | {spec.label_col(r.cell.col)}"
+            print(progress.finish(label, outcome), flush=True)
+            ran.append(outcome is not None)
         print(f"[{spec.name}] {sum(ran)} of {len(ran)} run(s) done in {time.perf_counter() - start:.0f} s", flush=True)
-        results = resolve_table(spec, read_runs(find_runs_csv(results_dir)), extra=args.extra)
+        results = resolve(spec, args)
         pack_table_runs(results, results_dir)
     paths = write_table(spec, results, args.out)
     write_frontiers(spec, results, results_dir, Path(args.out).parent / "plots")
     if spec.paper is None:
         write_profile(spec, results, results_dir, Path(args.out))
     counts = {s: sum(r.status == s for r in results) for s in ("ok", "missing", "unavailable")}
-    print(f"[{spec.name}] cells: {counts['ok']} with runs, {counts['missing']} missing, "
-          f"{counts['unavailable']} not runnable here -> {paths['md']}", flush=True)
+    cannot = machine_cannot(spec, can_gpu)
+    print(f"[{spec.name}] cells: {counts['ok']} with runs, {counts['missing']} missing"
+          + (f" ({cannot})" if cannot and counts["missing"] else "")
+          + f", {counts['unavailable']} unavailable -> {paths['md']}", flush=True)
     return results
 
 
@@ -352,8 +399,18 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return 0
     can_gpu = args.gpu or cuda_available()
+    resolved = {spec.name: resolve(spec, args) for spec in specs}
+    if args.dry_run:
+        for spec in specs:
+            dry_run(spec, resolved[spec.name], args, can_gpu)
+        return 0
+    progress = CellProgress()
+    for spec in specs:  # the whole plan first, so the first cell's ETA covers every table
+        progress.plan(spec.name, 0 if args.no_run else len(runnable_cells(spec, resolved[spec.name], can_gpu)))
     for spec in specs:
-        build(spec, args, can_gpu)
+        # a cell run for an earlier table may fill this one's: match again once anything ran
+        results = resolve(spec, args) if progress.done else resolved[spec.name]
+        build(spec, args, can_gpu, results, progress)
     return 0
 
 

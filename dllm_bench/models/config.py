@@ -108,11 +108,15 @@ class ModelConfig:
                     f"does not compute; allowed: {[a for a in allowed if a is not None] or 'null'}"
                 )
 
+        olmo = is_olmo_style(cfg)
+        style = "LLaDA's OLMo-style keys" if olmo else "LLaMA/Qwen2-style keys"
+
         def need(*keys: str) -> Any:
             for k in keys:
                 if cfg.get(k) is not None:
                     return cfg[k]
-            raise ModelConfigError(f"config.json of {name_or_path or '<config>'} lacks {' / '.join(keys)}")
+            raise ModelConfigError(f"config.json of {name_or_path or '<config>'} lacks {' / '.join(keys)} (it is written "
+                                   f"in {style})")
 
         vocab = cfg.get("embedding_size") or cfg.get("vocab_size")
         if cfg.get("mask_token_id") is None and (flavour, vocab) in REAL_MASK_IDS:
@@ -131,13 +135,13 @@ class ModelConfig:
         common["pad_token_id"] = int(cfg.get("pad_token_id", common["eos_token_id"]))
         if cfg.get("bos_token_id") is not None:
             common["bos_token_id"] = int(cfg["bos_token_id"])
-        if "d_model" in cfg:  # LLaDA, OLMo-style keys
+        if olmo:  # LLaDA, OLMo-style keys
             if cfg.get("weight_tying"):
                 raise ModelConfigError("weight_tying=true is not a LLaDA checkpoint layout we know; expected false")
             n_heads = int(need("n_heads"))
             return cls(
                 vocab_size=int(cfg.get("embedding_size") or need("vocab_size")),
-                d_model=int(cfg["d_model"]),
+                d_model=int(need("d_model")),
                 n_layers=int(need("n_layers")),
                 n_heads=n_heads,
                 n_kv_heads=int(cfg.get("n_kv_heads") or n_heads),
@@ -164,6 +168,19 @@ class ModelConfig:
             max_sequence_length=int(cfg.get("max_position_embeddings", 4096)),
             **common,
         )
+
+
+# the network's shape keys in each style; a config with any OLMo key and no LLaMA one is OLMo-style, so a removed
+# key is named in the style the file is written in
+OLMO_KEYS = ("d_model", "n_layers", "n_heads", "mlp_hidden_size", "max_sequence_length", "embedding_size")
+LLAMA_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+
+
+def is_olmo_style(cfg: dict[str, Any]) -> bool:
+    """Whether a config.json uses LLaDA's OLMo-style keys (`d_model`, `n_layers`, ...) rather than LLaMA/Qwen2's."""
+    if "d_model" in cfg:
+        return True
+    return any(k in cfg for k in OLMO_KEYS) and not any(k in cfg for k in LLAMA_KEYS)
 
 
 def _looks_instruct(cfg: dict[str, Any], name_or_path: str) -> bool:

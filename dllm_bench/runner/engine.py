@@ -81,6 +81,9 @@ class DecodingEngine(Engine):
         self.device = resolve_device(m.get("device"), ctx)
         self.model = load_cached_model(str(m["name_or_path"]), m.get("dtype"), self.device, m.get("rope_full_precision"))
         self.tokenizer = self.model.tokenizer
+        if self.tokenizer is None:  # a hub checkpoint without one (a local one is refused by validation)
+            raise FileNotFoundError(f"model {m['name_or_path']!r} has no tokenizer.json beside its weights; a run "
+                                    "encodes its prompts with the checkpoint's own tokenizer")
         self.config = self.model.config
         self.stop_token_ids = tuple(self.config.stop_token_ids)
         self.device_name = device_name(self.device)

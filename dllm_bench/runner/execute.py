@@ -27,6 +27,7 @@ from dllm_bench.runner.environment import (
 from dllm_bench.runner.errors import RunInterrupted
 from dllm_bench.runner.identity import identity_changes, run_identity
 from dllm_bench.runner.interface import Engine, EngineFactory, Generation
+from dllm_bench.runner.positions import check_prompts_fit
 from dllm_bench.runner.progress import RunProgress, TimingProgress
 from dllm_bench.runner.sharding import DistContext, barrier, init_distributed, shard, shutdown
 from dllm_bench.runner.store import ResultsStore
@@ -77,6 +78,8 @@ def selected_indices(n_docs: int, offset: int, limit: int | None) -> list[int]:
 def select_documents(n_docs: int, offset: int, limit: int | None, task_name: str) -> list[int]:
     """`selected_indices`, refusing a selection without documents (offset past the end, limit 0)."""
     selected = selected_indices(n_docs, offset, limit)
+    if not n_docs:  # a task's loader refuses an empty file; a filter (MBPP's test ids) can still leave none
+        raise ConfigError(f"task {task_name!r} has no documents to select from; check its data (task.data_files)")
     if not selected:
         raise ConfigError(f"offset={offset}, limit={'null' if limit is None else limit} select no documents: "
                           f"task {task_name!r} has {n_docs}; use offset < {n_docs} and limit >= 1 (or null)")
@@ -282,14 +285,16 @@ def execute(cfg: DictConfig | dict[str, Any], engine_factory: EngineFactory | No
     no folder behind. The run folder is locked for the whole run: a twin command waits for it.
     """
     c = validate_config(cfg)
-    # weights are part of a run's identity: a retrained checkpoint never resumes the old checkpoint's runs
-    c["model"]["fingerprint"] = checkpoint_fingerprint(c["model"]["name_or_path"])
     task = build_task(c["task"])
     machine = {"cpu_count": cpu_count(), "num_threads_used": None, "load_avg_start": load_average()}
     started = _now()
     all_docs = task.all_docs()
     selected = select_documents(len(all_docs), int(c.get("offset", 0)), c.get("limit"), c["task"]["name"])
     timing = timing_documents(selected, c.get("timing_docs"), c)
+    check_prompts_fit(c, task, all_docs, selected)
+    # weights are part of a run's identity: a retrained checkpoint never resumes the old checkpoint's runs (a full
+    # digest, cached by path, size and times: computed after the cheap refusals)
+    c["model"]["fingerprint"] = checkpoint_fingerprint(c["model"]["name_or_path"])
     identity = run_identity(c, task, all_docs)
     run_id = compute_run_id(c, identity)
     identity = {"config": config_id(c), **identity}

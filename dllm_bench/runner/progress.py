@@ -1,7 +1,10 @@
-"""Progress bar with running accuracy, mean NFE and tokens/s over timed (post-warm-up) batches."""
+"""Progress: a run's bar with running accuracy, mean NFE and tokens/s over timed (post-warm-up) batches; a
+multi-cell command's line per finished cell, with the cells left and their ETA at the pace so far."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 from tqdm.auto import tqdm
@@ -48,3 +51,55 @@ class TimingProgress:
 
     def close(self) -> None:
         self.bar.close()
+
+
+def duration(seconds: float) -> str:
+    """`45 s`, `3 min 20 s`, `2 h 05 min`."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
+class CellProgress:
+    """Counts cells against a plan of cells per group (table); `finish` gives the line a finished cell prints."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.planned: dict[str, int] = {}
+        self.done = self.failed = 0
+        self.spent = 0.0
+        self._started: float | None = None
+
+    @property
+    def total(self) -> int:
+        return sum(self.planned.values())
+
+    def plan(self, group: str, cells: int) -> None:
+        """Cells `group` will run (set again when a group is re-resolved at its turn: finished ones stay counted)."""
+        self.planned[group] = cells
+
+    def start(self) -> str:
+        """Mark a cell's start; returns its position, `[3/18]`."""
+        self._started = self.clock()
+        return f"[{self.done + 1}/{self.total}]"
+
+    def eta(self) -> str:
+        """Cells left and their expected time at the mean pace of the finished cells."""
+        left = self.total - self.done
+        if not left:
+            return "none left"
+        if not self.done:
+            return f"{left} left"
+        return f"{left} left, ETA {duration(self.spent / self.done * left)}"
+
+    def finish(self, label: str, outcome: str | None) -> str:
+        """Count the cell that `start` began; the line naming it, its result (None: it failed) and the ETA."""
+        elapsed = self.clock() - (self._started if self._started is not None else self.clock())
+        self.done += 1
+        self.failed += outcome is None
+        self.spent += elapsed
+        result = outcome if outcome is not None else "failed, the cell stays missing"
+        return f"[{self.done}/{self.total}] {label}: {result} in {duration(elapsed)}; {self.eta()}"

@@ -8,28 +8,32 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+from dllm_bench.runner.bounds import bounds, usable_cpus
+
 GROUPS = ("model", "task", "cache", "rule", "policy")
+# Document i decodes with seed + i: torch's generator takes seeds below 2**64, numpy's below 2**32 (seeded mod 2**32).
+MAX_SEED = 2**63 - 1
 
 
 @dataclass(frozen=True)
 class RunSettings:
-    """Top-level keys (conf/config.yaml documents each)."""
+    """Top-level keys (conf/config.yaml documents each); a numeric key declares its range (runner/bounds.py)."""
 
     name: str = "default"
     output_dir: str = "results"
-    gen_length: int = 24
-    block_length: int = 8
-    batch_size: int = 8
-    seed: int = 0
-    temperature: float = 0.0
-    cfg_scale: float = 0.0
+    gen_length: int = field(default=24, metadata=bounds(1))  # and, with the prompt, within the model's positions
+    block_length: int = field(default=8, metadata=bounds(1))
+    batch_size: int = field(default=8, metadata=bounds(1))
+    seed: int = field(default=0, metadata=bounds(0, MAX_SEED))
+    temperature: float = field(default=0.0, metadata=bounds(0))
+    cfg_scale: float = field(default=0.0, metadata=bounds(0))
     early_stop: bool = True
     trace: bool = False
-    limit: int | None = None
-    offset: int = 0
-    warmup: int = 1
-    timing_docs: int | None = None
-    num_threads: int | None = None
+    limit: int | None = field(default=None, metadata=bounds(0))
+    offset: int = field(default=0, metadata=bounds(0))
+    warmup: int = field(default=1, metadata=bounds(0))
+    timing_docs: int | None = field(default=None, metadata=bounds(1))
+    num_threads: int | None = field(default=None, metadata=bounds(1, usable_cpus, "the CPUs this process may use"))
     progress: bool = True
     count_rule: str = "cut"
     confidence_precision: str = "float64"

@@ -20,10 +20,12 @@ from omegaconf import DictConfig
 from dllm_bench.decoding.config import CACHES, POLICIES, POLICY_CLASSES, SELECTORS, builder_parameters
 from dllm_bench.models.config import MODEL_TYPES, ModelConfigError
 from dllm_bench.models.loading import parse_config
+from dllm_bench.runner.bounds import DECODING_BOUNDS, field_bounds, non_finite, out_of_bounds
 from dllm_bench.runner.components import NO_RULE, build_spec
 from dllm_bench.runner.config import to_container
 from dllm_bench.runner.errors import ConfigError
 from dllm_bench.runner.paths import check_output_location
+from dllm_bench.runner.positions import check_answer_fits, model_positions
 from dllm_bench.runner.settings import GROUPS, ModelSettings, RunSettings, setting_names
 from dllm_bench.tasks import TASKS, Task, TaskConfig, get_task
 
@@ -51,18 +53,6 @@ def _choice(key: str, value: Any, choices: Iterable[Any]) -> None:
         _fail(key, value, "choose one of " + ", ".join(repr(c) for c in choices))
 
 
-def _number(key: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        _fail(key, value, "a number is required")
-    return float(value)
-
-
-def _integer(key: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        _fail(key, value, f"an integer >= {minimum} is required")
-    return int(value)
-
-
 def _unknown(prefix: str, where: str, values: dict[str, Any], allowed: Iterable[str]) -> None:
     allowed = sorted(allowed)
     for key in sorted(values):
@@ -81,8 +71,10 @@ _TYPES = {
 
 
 def _check_types(prefix: str, values: dict[str, Any], cls: type) -> None:
-    """Each value against its dataclass field's annotation (`int`, `float | None`, ...): a number where a word
-    was typed is refused here, naming the key, rather than deep inside a builder."""
+    """Each value against its dataclass field's annotation (`int`, `float | None`, ...) and declared range
+    (runner/bounds.py): a number where a word was typed, or one outside its meaning, is refused here, naming the
+    key, rather than deep inside a builder."""
+    declared = {**field_bounds(cls), **DECODING_BOUNDS.get((prefix.rstrip("."), cls.__name__), {})}
     for f in fields(cls):
         if f.name not in values or not isinstance(f.type, str):
             continue
@@ -94,9 +86,18 @@ def _check_types(prefix: str, values: dict[str, Any], cls: type) -> None:
         value = values[f.name]
         required = f.default is MISSING and f.default_factory is MISSING
         if (value is None and (optional or required)) or any(check(value) for check, _ in kinds):
+            allowed = out_of_bounds(value, declared[f.name], "int" in parts) if f.name in declared else None
+            if allowed is not None:
+                _fail(f"{prefix}{f.name}", value, f"{allowed}{' or null' if optional else ''} is required")
             continue  # a required value left null: the builder says what it needs it for
         wanted = " or ".join([what for _, what in kinds] + (["null"] if optional else []))
         _fail(f"{prefix}{f.name}", value, f"{wanted} is required")
+
+
+def check_finite(c: dict[str, Any]) -> None:
+    """No key means NaN or an infinity: the first such value anywhere in the config is refused, naming its key."""
+    for key, value in non_finite(c):
+        _fail(key, value, "a finite number is required")
 
 
 def _decoding_class(kind: str, name: str) -> type:
@@ -105,8 +106,10 @@ def _decoding_class(kind: str, name: str) -> type:
 
 def check_keys(c: dict[str, Any]) -> None:
     """Refuse any key the code does not consume and any value of the wrong type: top level, model and the
-    decoding groups' builders (the task's keys are checked by `build_task`)."""
+    decoding groups' builders (the task's keys are checked by `build_task`); no number anywhere may be NaN or
+    infinite, and the top-level keys keep to their declared ranges."""
     _unknown("", "at the top level", c, (*setting_names(RunSettings), *GROUPS))
+    check_finite(c)
     for group in GROUPS:
         if not isinstance(c.get(group), dict):
             _fail(group, c.get(group), f"the config group {group!r} must be selected (see conf/{group}/)")
@@ -118,6 +121,7 @@ def check_keys(c: dict[str, Any]) -> None:
         _unknown(f"{group}.", f"for {group} {name!r}", c[group], ("name", *(builder_parameters(kind, name) or ())))
         if name != NO_RULE or group != "rule":
             _check_types(f"{group}.", c[group], _decoding_class(kind, name))
+    _check_types("", c, RunSettings)
 
 
 def check_decoding(c: dict[str, Any]) -> None:
@@ -156,6 +160,10 @@ def _readable_file(key: str, path: str) -> None:
     p = Path(path)
     if not p.exists() or not os.access(p, os.R_OK):
         _fail(key, path, "must be a readable file or directory")
+    if key == "task.data_dir" and not p.is_dir():
+        _fail(key, path, f"a folder is required (it is a file: give one file as task.data_files={path})")
+    if key == "task.data_files" and p.is_dir():
+        _fail(key, path, f"one data file is required (it is a folder: give a folder as task.data_dir={path})")
 
 
 def _check_device(device: Any) -> None:
@@ -200,6 +208,10 @@ def _validate_model(model: dict[str, Any]) -> None:
         if flavour is not None and flavour != model.get("flavour"):
             _fail("model.flavour", model.get("flavour"), f"the checkpoint {path!r} is a {flavour!r} model "
                                                           f"(config.json model_type={model_type!r})")
+        if not os.access(local / "tokenizer.json", os.R_OK):
+            _fail("model.name_or_path", path, f"no readable tokenizer.json in {path} (prompts are encoded with the "
+                                              "tokenizer saved beside the weights); copy the checkpoint's tokenizer "
+                                              "files there")
     elif local.is_absolute() or path.startswith(".") or not HUB_ID.match(path):
         _fail("model.name_or_path", path,
               "no such directory; give a readable model directory or a Hugging Face id 'org/name'")
@@ -242,7 +254,6 @@ def _validate_timing_docs(c: dict[str, Any]) -> None:
     n = c.get("timing_docs")
     if n is None:
         return
-    _integer("timing_docs", n, 1)
     if c["batch_size"] == 1:
         _fail("timing_docs", n, "only with batch_size > 1 (at batch_size=1 the run's own tokens/s is already "
                                 "a batch-1 timing); set timing_docs=null")
@@ -253,23 +264,10 @@ def _validate_timing_docs(c: dict[str, Any]) -> None:
 
 
 def _validate_top_level(c: dict[str, Any]) -> None:
-    _integer("batch_size", c.get("batch_size"), 1)
-    _integer("offset", c.get("offset", 0), 0)
-    _integer("warmup", c.get("warmup", 0), 0)
-    if c.get("num_threads") is not None:
-        _integer("num_threads", c["num_threads"], 1)
-    if c.get("limit") is not None:
-        _integer("limit", c["limit"], 0)
+    """The relations between top-level keys (each key's type and range: `check_keys`)."""
     _validate_timing_docs(c)
-    if _number("temperature", c.get("temperature")) < 0:
-        _fail("temperature", c.get("temperature"), "must be >= 0")
-    if _number("cfg_scale", c.get("cfg_scale")) < 0:
-        _fail("cfg_scale", c.get("cfg_scale"), "must be >= 0")
     _choice("count_rule", c.get("count_rule"), COUNT_RULES)
     _choice("confidence_precision", c.get("confidence_precision", "float64"), PRECISIONS)
-    if not isinstance(c.get("confidence_mask_in_softmax", True), bool):
-        _fail("confidence_mask_in_softmax", c.get("confidence_mask_in_softmax"), "must be true or false")
-    _check_types("", c, RunSettings)  # the keys without a check of their own above (gen_length, seed, trace, ...)
 
 
 def validate_config(cfg: DictConfig | dict) -> dict[str, Any]:
@@ -278,6 +276,9 @@ def validate_config(cfg: DictConfig | dict) -> dict[str, Any]:
     check_keys(c)
     check_output_location(c["output_dir"], c["name"])
     _validate_model(c["model"])
+    positions = model_positions(str(c["model"]["name_or_path"]))
+    if positions is not None:
+        check_answer_fits(c["gen_length"], *positions)
     task = build_task(c["task"])
     _validate_top_level(c)
     check_decoding(c)

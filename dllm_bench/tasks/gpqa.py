@@ -14,7 +14,7 @@ from functools import lru_cache
 from random import Random
 
 from dllm_bench.tasks.base import Score, Task, register
-from dllm_bench.tasks.data import load_rows
+from dllm_bench.tasks.data import STRING, TEXT, load_rows
 from dllm_bench.tasks.fewshot import SeededFewshotSampler
 from dllm_bench.tasks.gsm8k import FALLBACK, regex_filter
 
@@ -116,7 +116,7 @@ class GPQA(Task):
         rows, _ = load_rows(
             data_files=self.config.data_files, data_dir=self.config.data_dir,
             default_names=(f"{self.subset}.csv", f"dataset/{self.subset}.csv"),
-            hub_path="Idavidrein/gpqa", hub_name=self.subset, hub_split="train", required=FIELDS,
+            hub_path="Idavidrein/gpqa", hub_name=self.subset, hub_split="train", required={"Question": TEXT, **{k: STRING for k in FIELDS[1:]}},
         )
         rnd = Random(self.shuffle_seed)
         drop = self.scoring == "paper"

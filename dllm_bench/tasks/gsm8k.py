@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from dllm_bench.tasks.base import Score, Task, register
-from dllm_bench.tasks.data import load_rows
+from dllm_bench.tasks.data import TEXT, load_rows
 from dllm_bench.tasks.fewshot import SeededFewshotSampler
 
 # lm-eval gsm8k.yaml: metric exact_match with these ignore rules, applied in order to both sides.
@@ -15,6 +15,7 @@ FLEXIBLE_REGEX = re.compile(r"(-?[$0-9.,]{2,})|(-?[0-9]+)")
 STRICT_REGEX = re.compile(r"#### (\-?[0-9\.\,]+)")
 COT_STRICT_REGEX = re.compile(r"The answer is (\-?[0-9\.\,]+).")
 FALLBACK = "[invalid]"
+ROW_SCHEMA = {"question": TEXT, "answer": TEXT}  # the test and train splits' rows
 FILTERS = ("flexible-extract", "strict-match")
 
 # lm-eval gsm8k-cot.yaml: the 8 chain-of-thought exemplars of Wei et al. (2022), in order.
@@ -103,7 +104,7 @@ class GSM8K(Task):
     def load_all_docs(self) -> list[dict]:
         rows, _ = load_rows(
             data_files=self.config.data_files, data_dir=self.config.data_dir, default_names=("test.jsonl",),
-            hub_path=self.hub[0], hub_name=self.hub[1], hub_split="test", required=("question", "answer"),
+            hub_path=self.hub[0], hub_name=self.hub[1], hub_split="test", required=ROW_SCHEMA,
         )
         return [
             {"sample_id": f"{self.name}/test/{i}", "doc_index": i, "question": r["question"], "answer": r["answer"]}
@@ -118,7 +119,7 @@ class GSM8K(Task):
                 files = str(Path(self.config.data_files).with_name("train.jsonl"))
             self._pool, _ = load_rows(
                 data_files=files, data_dir=None if files else data_dir, default_names=("train.jsonl",),
-                hub_path=self.hub[0], hub_name=self.hub[1], hub_split="train", required=("question", "answer"),
+                hub_path=self.hub[0], hub_name=self.hub[1], hub_split="train", required=ROW_SCHEMA,
             )
         return self._pool
 

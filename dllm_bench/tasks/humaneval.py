@@ -7,10 +7,24 @@ from pathlib import Path
 from dllm_bench.tasks.base import register
 from dllm_bench.tasks.code_extract import cut_at_stops, defines, fenced_blocks, prompt_context, sanitize
 from dllm_bench.tasks.code_paper import paper_humaneval_program
-from dllm_bench.tasks.data import check_fields, read_rows, resolve_local
+from dllm_bench.tasks.data import (
+    IDENTIFIER,
+    STRING,
+    TEXT,
+    Field,
+    asserts_something,
+    check_fields,
+    defines_function,
+    read_rows,
+    resolve_local,
+)
 from dllm_bench.tasks.executed import ExecutedTask
 
 FIELDS = ("task_id", "prompt", "entry_point", "canonical_solution", "test")
+# `test` is run as the verdict: without a `check` that asserts something every completion would pass
+TEST = Field(lambda v: asserts_something(v) and defines_function(v, "check"),
+             "Python source defining check(candidate) with at least one assert that tests something")
+ROW_SCHEMA = {"task_id": TEXT, "prompt": TEXT, "entry_point": IDENTIFIER, "canonical_solution": STRING, "test": TEST}
 
 
 def packaged_humaneval_file() -> Path:
@@ -48,7 +62,7 @@ class HumanEval(ExecutedTask):
     def load_all_docs(self) -> list[dict]:
         path = resolve_local(self.config.data_files, self.config.data_dir, ("HumanEval.jsonl.gz", "HumanEval.jsonl"))
         path = path or packaged_humaneval_file()
-        rows = check_fields(read_rows(path), FIELDS, str(path))
+        rows = check_fields(read_rows(path), ROW_SCHEMA, str(path))
         return [{"sample_id": r["task_id"], "doc_index": i, **{k: r[k] for k in FIELDS}} for i, r in enumerate(rows)]
 
     def prompt(self, doc: dict, chat: bool = False) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dllm_bench.tasks.base import Score, Task, register
-from dllm_bench.tasks.data import check_fields, load_hub_rows, load_rows, read_rows, resolve_local
+from dllm_bench.tasks.data import TEXT, check_fields, load_hub_rows, load_rows, read_rows, resolve_local
 from dllm_bench.tasks.minerva_paper import paper_exemplars, paper_gold
 
 # The Minerva (Lewkowycz et al., 2022) 4-shot exemplars, as lm-eval's minerva_math utils list them.
@@ -33,6 +33,7 @@ MINERVA_EXEMPLARS = (
 # lm-eval 0.4.8's copy (the papers' prompts): three one-character differences, see minerva_paper.py.
 PAPER_EXEMPLARS = paper_exemplars(MINERVA_EXEMPLARS)
 
+ROW_SCHEMA = {"problem": TEXT, "solution": TEXT}
 HENDRYCKS_SUBJECTS = (
     "algebra", "counting_and_probability", "geometry", "intermediate_algebra", "number_theory", "prealgebra",
     "precalculus",
@@ -111,7 +112,7 @@ class MinervaMath(Task):
     def load_all_docs(self) -> list[dict]:
         local = resolve_local(self.config.data_files, self.config.data_dir, self.local_names)
         if local is not None:
-            rows, source = check_fields(read_rows(local), ("problem", "solution"), str(local)), str(local)
+            rows, source = check_fields(read_rows(local), ROW_SCHEMA, str(local)), str(local)
         else:
             rows, source = [], "hub:EleutherAI/hendrycks_math"
             for subject in HENDRYCKS_SUBJECTS:
@@ -170,6 +171,6 @@ class MinervaMath500(MinervaMath):
     def load_all_docs(self) -> list[dict]:
         if self.config.data_files is None and self.config.data_dir is None:
             rows, _ = load_rows(data_files=None, data_dir=None, default_names=(), hub_path="HuggingFaceH4/MATH-500",
-                                hub_name=None, hub_split="test", required=("problem", "solution"))
+                                hub_name=None, hub_split="test", required=ROW_SCHEMA)
             return self._docs_from(rows, "hub:HuggingFaceH4/MATH-500")
         return super().load_all_docs()

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from dllm_bench.tasks.base import Score, Task, register
-from dllm_bench.tasks.data import read_rows
+from dllm_bench.tasks.data import Field, check_fields, read_rows
 from dllm_bench.tasks.sudoku_puzzles import (
     CELLS,
     DIGITS,
@@ -21,6 +21,20 @@ from dllm_bench.tasks.sudoku_puzzles import (
     parse_puzzle,
 )
 
+
+def _is_puzzle(value: object) -> bool:
+    try:
+        return isinstance(value, str) and parse_puzzle(value) is not None
+    except ValueError:
+        return False
+
+
+ROW_SCHEMA = {
+    "puzzle": Field(_is_puzzle, f"a string of {CELLS} cells of {DIGITS!r} or '.', rows split by "
+                                f"{ROW_SEPARATOR!r} ('1.../..2./..../.4..')"),
+    "solution": Field(lambda v: isinstance(v, str) and len(v) == CELLS and all(c in DIGITS for c in v),
+                      f"a string of {CELLS} digits of {DIGITS!r}"),
+}
 # end-of-answer markers of the tiny LLaDA (<|eot_id|>, <|endoftext|>) and tiny Dream (<|im_end|>) tokenizers
 SUDOKU_STOP_STRINGS = ("<|eot_id|>", "<|endoftext|>", "<|im_end|>")
 
@@ -40,11 +54,9 @@ class SudokuTask(Task):
 
     def load_all_docs(self) -> list[dict]:
         """Rows {sample_id, puzzle, solution, clues, n_solutions} from the shipped JSONL or `data_files`."""
-        rows = read_rows(self.config.data_files or TEST_SET_PATH)
+        path = self.config.data_files or TEST_SET_PATH
+        rows = check_fields(read_rows(path), ROW_SCHEMA, str(path))
         for i, row in enumerate(rows):
-            missing = [k for k in ("puzzle", "solution") if k not in row]
-            if missing:
-                raise ValueError(f"sudoku row {i} lacks {missing}; each row needs 'puzzle' and 'solution'")
             row.setdefault("sample_id", f"sudoku4-{i:04d}")
         return rows
 

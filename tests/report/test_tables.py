@@ -114,17 +114,21 @@ def test_tiny_table_marks_cells_on_fewer_documents_and_loaded_timing(tmp_path, l
     assert r"$^\ddagger$" in to_latex(spec, list(resolved.values()))
 
 
-def test_dry_run_says_all_filled_and_keeps_the_results_folder(tmp_path, t5_results, load_script, capsys):
+def test_dry_run_says_all_filled_and_keeps_the_results_folder(tmp_path, t5_results, load_script, capsys,
+                                                              monkeypatch):
     module = load_script("reproduce_table")
+    monkeypatch.setattr(module, "cuda_available", lambda: False)  # a CPU machine: the GPU cells cannot run here
     assert module.main(["--table", "tiny", "--dry-run"]) == 0  # the committed tiny runs fill every cell
     assert capsys.readouterr().out.strip().splitlines()[-1] == "[tiny] all 18 cells filled"
     assert module.main(["--table", "fast_dllm_pp_t5", "--dry-run", "--results-dir", str(t5_results),
                         "--limit", "20"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[-1] == "[fast_dllm_pp_t5] 3 of 18 cells filled, 15 missing, 0 not runnable here"
+    assert lines[-1] == ("[fast_dllm_pp_t5] 3 of 18 cells filled, 15 missing: 0 runnable here, 15 not runnable "
+                         "here (needs a GPU: no CUDA device here; --gpu runs it anyway); 0 unavailable")
     commands = lines[:-1]
     assert len(commands) == 15
     for line in commands:
+        assert line.startswith("[fast_dllm_pp_t5] missing, needs a GPU: no CUDA device here")
         assert f"output_dir={t5_results} limit=20" in line
         assert line.endswith("# offline: add task.data_dir=<folder with gsm8k's files>")
 

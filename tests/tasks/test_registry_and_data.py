@@ -81,7 +81,7 @@ def test_missing_file_names_the_path(tmp_path):
 def test_malformed_rows_name_file_row_and_field(tmp_path):
     bad = tmp_path / "test.jsonl"
     bad.write_text(json.dumps({"question": "q", "answer": "#### 1"}) + "\n" + json.dumps({"question": "q2"}) + "\n")
-    with pytest.raises(DataError, match=r"test.jsonl: row 1 has no field 'answer'"):
+    with pytest.raises(DataError, match=r"test.jsonl: line 2 \(row 1\) has no field 'answer'"):
         get_task("gsm8k", data_files=str(bad)).docs()
     broken = tmp_path / "broken.jsonl"
     broken.write_text('{"question": "q", "answer": "1"}\n{"question": \n')
@@ -89,11 +89,12 @@ def test_malformed_rows_name_file_row_and_field(tmp_path):
         get_task("gsm8k", data_files=str(broken)).docs()
     mbpp = tmp_path / "mbpp.jsonl"
     mbpp.write_text(json.dumps({"task_id": 11, "text": "t", "code": "c", "test_list": ["assert 1"]}) + "\n")
-    with pytest.raises(ValueError, match=r"mbpp.jsonl: row 0 field 'test_list' has 1 asserts"):
+    with pytest.raises(DataError, match=r"mbpp.jsonl: line 1 \(row 0\) field 'test_list' is \['assert 1'\] \(list\); "
+                                        r"allowed: a list of at least 3 strings"):
         get_task("mbpp", data_files=str(mbpp)).docs()
     gpqa = tmp_path / "gpqa.csv"
     gpqa.write_text("Question,Correct Answer,Incorrect Answer 1,Incorrect Answer 2\nq,a,b,c\n")
-    with pytest.raises(DataError, match=r"gpqa.csv: row 0 has no field 'Incorrect Answer 3'"):
+    with pytest.raises(DataError, match=r"gpqa.csv: line 2 \(row 0\) has no field 'Incorrect Answer 3'"):
         get_task("gpqa_main", data_files=str(gpqa)).docs()
 
 
