@@ -132,6 +132,8 @@ def generate(
     runner = ForwardRunner(model, cache, P, full_mask, model_kwargs, cfg_scale, mask_id, padded=padded,
                            dropout=dropout)
     state = policy.init_state(B, G, block_length, device)
+    if cache.holds_full_blocks:  # the cache's published batch loop: rows leave a block together (BlockState.hold)
+        state.hold = True
     rule_state = selector.init_state(B, G, block_length, device) if selector is not None else None
     # a rule whose commits are known before the forward (its own drawn order): the cache sees them in the host view;
     # it draws over each row's own canvas (real prompt + answer), as the row decoded alone would (one read a decode)

@@ -41,6 +41,7 @@ class BlockState:
     step_in_block: torch.Tensor  # steps taken in the current block
     steps_per_block: int | None = None  # fixed steps per block (None: adaptive, a block runs until full)
     commit_counts: torch.Tensor | None = None  # [steps_per_block] tokens committed at each step of a block
+    hold: bool = False  # rows leave a block together, once every active row's is done (the cache's holds_full_blocks)
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,8 @@ class BlockPolicy:
         # early, as KLASS's loop breaks; a fixed count fills it exactly at its last step)
         done = full if self.steps is None else full | (state.step_in_block >= state.steps_per_block)
         done &= active
+        if state.hold:
+            done &= (done | ~active).all()
         state.block += done.long()
         state.step_in_block = torch.where(done, 0, state.step_in_block)
         return state.block >= state.num_blocks

@@ -108,6 +108,11 @@ class Cache(Protocol):
     def force_first(self) -> bool:
         """A refresh forward commits only the block's first position (Fast-dLLM's Dream loop with a cache)."""
 
+    @property
+    def holds_full_blocks(self) -> bool:
+        """Rows of a batch leave a block together: a row whose block is full waits until every active row's is
+        (d2Cache's published batch loop, ``top_up``); the policy of blocks holds them."""
+
     def check(self) -> None:
         """Raise ValueError (one line naming the value and the allowed range) for a parameter out of range."""
 
@@ -134,6 +139,10 @@ class CacheBase:
 
     @property
     def force_first(self) -> bool:
+        return False
+
+    @property
+    def holds_full_blocks(self) -> bool:
         return False
 
     def __post_init__(self) -> None:
