@@ -119,6 +119,8 @@ def generate(
     runner = ForwardRunner(model, cache, P, full_mask, model_kwargs, cfg_scale, mask_id, padded=padded,
                            dropout=policy.dropout(G, seed, B, device))
     state = policy.init_state(B, G, block_length, device)
+    if cache.holds_full_blocks:  # the cache's published batch loop: rows leave a block together
+        policy.hold_blocks(state)
     rule_state = rule.init_state(B, G, block_length, device)
     # a rule whose commits are known before the forward (its own drawn order): the cache sees them in the host view;
     # it draws over each row's own canvas (real prompt + answer), as the row decoded alone would (one read a decode)

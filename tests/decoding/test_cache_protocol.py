@@ -52,6 +52,7 @@ def test_cache_declares_the_protocol(name):
     assert isinstance(cache.stateless, bool) and isinstance(cache.shorter_canvas, bool)
     assert set(cache.flavours) <= {"llada", "dream"}
     assert isinstance(cache.force_first, bool) and set(cache.stores) <= {"k", "v", "attn", "ffn"}
+    assert isinstance(cache.holds_full_blocks, bool)
     assert isinstance(cache.session(_canvas()), CacheSession)
 
 

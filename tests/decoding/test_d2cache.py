@@ -2,9 +2,11 @@
 
 Goldens (``tests/fixtures/d2cache_published.json``; how: its ``source`` field) hold, per setting and held-out puzzle,
 the published decoder's answer ids and NFE on the tiny LLaDA and Dream checkpoints (certainty-prior decoding with and without
-d2Cache, semi-AR with inflation, threshold); each puzzle is decoded alone, as published (batch 1). The first puzzles
-of every setting run by default, ``-m exhaustive`` all of them. The reference tests recompute the density, the
-nucleus, the inflation and the rollout with plain loops.
+d2Cache, semi-AR with inflation, threshold); each puzzle is decoded alone, as published (batch 1). The batch goldens
+(``tests/fixtures/d2cache_batch_published.json``) decode batches of 4 across several blocks, where the published
+loop tops up the rows' queries and holds a row whose block is full: ``top_up=True`` reproduces both. The first
+puzzles of every setting run by default, ``-m exhaustive`` all of them. The reference tests recompute the density,
+the nucleus, the inflation and the rollout with plain loops.
 """
 
 from __future__ import annotations
@@ -17,7 +19,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from dllm_bench.decoding import DecodeSpec, Decoding, Sampling, build_cache, build_policy, generate
+from dllm_bench.decoding import (
+    Accounting,
+    DecodeSpec,
+    Decoding,
+    Sampling,
+    build_cache,
+    build_policy,
+    generate,
+)
 from dllm_bench.decoding.caches.d2cache import inflate, nucleus, query_positions
 from dllm_bench.decoding.rules import build_rule
 from dllm_bench.decoding.rules.certainty_prior import certainty_density
@@ -25,9 +35,12 @@ from dllm_bench.models import load_model
 from dllm_bench.models.cache.rollout import rollout_step
 from dllm_bench.tiny.encoding import prompt_ids
 
+from .machine_goldens import NEAR_TIE, decision_margin, same_machine
+
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = json.loads((ROOT / "tests" / "fixtures" / "d2cache_published.json").read_text())
 GOLDEN_DREAM = json.loads((ROOT / "tests" / "fixtures" / "d2cache_dream_published.json").read_text())
+GOLDEN_BATCH = json.loads((ROOT / "tests" / "fixtures" / "d2cache_batch_published.json").read_text())
 PUZZLES = ROOT / "dllm_bench" / "tasks" / "sudoku_data" / "sudoku_test.jsonl"
 DEFAULT_PUZZLES = 4
 
@@ -43,7 +56,7 @@ def _prompts(name: str = "tiny_llada") -> dict[str, list[int]]:
     return {r["sample_id"]: prompt_ids(_model(name).tokenizer, r["puzzle"]) for r in rows}
 
 
-def _spec(setting: dict) -> DecodeSpec:
+def _spec(setting: dict, top_up: bool = False, trace: bool = False) -> DecodeSpec:
     G = setting["gen_length"]
     if setting.get("threshold") is not None:
         policy, rule = build_policy("blocks"), build_rule("threshold", tau=setting["threshold"])
@@ -51,8 +64,8 @@ def _spec(setting: dict) -> DecodeSpec:
         policy, rule = build_policy("blocks", steps=G), build_rule("certainty_prior", sigma=setting["sigma"])
     else:
         policy, rule = build_policy("blocks", steps=G), build_rule("topk")
-    cache_ = build_cache("none") if setting["cache"] is None else build_cache("d2cache", **setting["cache"])
-    return DecodeSpec(Decoding(G, setting["block_length"], policy, rule, cache_), Sampling())
+    cache_ = build_cache("none") if setting["cache"] is None else build_cache("d2cache", **setting["cache"], top_up=top_up)
+    return DecodeSpec(Decoding(G, setting["block_length"], policy, rule, cache_), Sampling(), accounting=Accounting(trace))
 
 
 def _decode(setting: dict, sample_id: str, name: str = "tiny_llada") -> tuple[list[int], int]:
@@ -151,3 +164,45 @@ def test_rows_of_a_batch_decode_as_alone():
     with torch.no_grad():
         out = generate(_model(), torch.tensor([_prompts()[sid] for sid, _, _ in rows]), None, _spec(setting))
     assert [(out.tokens[b].tolist(), out.records[b].nfe) for b in range(3)] == [(ids, nfe) for _, ids, nfe in rows]
+
+
+def _batch_label(setting: dict) -> str:
+    return f"{setting['flavour']}-b{setting['block_length']}-sigma{setting['sigma']}-tau{setting['threshold']}"
+
+
+@pytest.mark.parametrize(("index", "full"), [
+    pytest.param(i, f, id=_batch_label(s) + ("-all" if f else ""), marks=[pytest.mark.exhaustive] if f else [])
+    for i, s in enumerate(GOLDEN_BATCH["settings"]) for f in (False, True)])
+def test_top_up_decodes_batches_as_the_published_loop(index, full):
+    """Batches of 4 over several blocks: each row's answer, and the batch's forwards as every row's NFE (a row
+    waiting at a block end is counted, as the published batch counts its forwards). Off the recording machine only
+    rows away from near-ties in their commit decisions are compared (tests/decoding/machine_goldens.py)."""
+    setting = GOLDEN_BATCH["settings"][index]
+    batches = setting["batches"] if full else setting["batches"][:2]
+    name = f"tiny_{setting['flavour']}"
+    exact = same_machine(GOLDEN_BATCH["machine"])
+    compared = 0
+    for sample_ids, answers, nfe in batches:
+        with torch.no_grad():
+            out = generate(_model(name), torch.tensor([_prompts(name)[sid] for sid in sample_ids]), None,
+                           _spec(setting, top_up=True, trace=True))
+        for b, answer in enumerate(answers):
+            if not exact and decision_margin(out.records[b].trace, setting["threshold"]) < NEAR_TIE:
+                continue
+            compared += 1
+            assert (sample_ids[b], out.tokens[b].tolist(), out.records[b].nfe) == (sample_ids[b], answer, nfe)
+    assert compared >= len(batches) * 4 // 2
+
+
+def test_top_up_gives_each_row_its_own_extra_queries():
+    """Rows short of the batch's most queries take their best unchosen positions, each its own count of them."""
+    query = torch.zeros(4, 8, dtype=torch.bool)
+    query[0, :5] = True
+    query[1, :3] = True
+    query[2, :4] = True
+    query[3, :2] = True
+    importance = torch.arange(8, dtype=torch.float32).expand(4, -1)  # later positions rank higher
+    scores = torch.zeros(4, 3)
+    positions, counts = query_positions(query, importance, scores, torch.ones(4, 8, dtype=torch.bool), top_up=True)
+    assert counts.tolist() == [5, 3, 4, 2]
+    assert positions.tolist() == [[0, 1, 2, 3, 4], [0, 1, 2, 6, 7], [0, 1, 2, 3, 7], [0, 1, 5, 6, 7]]

@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dllm_bench.models.cache import least_similar_rows
+from dllm_bench.models import load_model
+from dllm_bench.models.cache import FeatureCache, least_similar_rows
 
 pytestmark = pytest.mark.golden  # bit equality between code paths: checked under every kernel width
 
@@ -80,3 +81,25 @@ def test_compat_is_the_published_ranking():
     new = (cached.float() + torch.rand(2, 16, 1, generator=g) * torch.randn(2, 16, 32, generator=g)).bfloat16()
     want = torch.topk(F.cosine_similarity(new, cached, dim=-1), 5, dim=-1, largest=False).indices.sort(-1).values
     assert torch.equal(least_similar_rows(new, cached, 5, compat=True), want)
+
+
+def test_compat_takes_the_published_products(tiny_dream_dir):
+    """``verify_compat``: the picked response rows keep their V from the whole response's V product, their q and k
+    come from a product of those rows alone, and the prompt's q, k, v (on a prompt refresh) from one of the prompt
+    alone, bit for bit (a small product may round differently from the same rows inside a larger one)."""
+    block = load_model(tiny_dream_dir, device="cpu").layers[0]
+    g = torch.Generator().manual_seed(4)
+    p, r = 5, 11
+    h = torch.randn(2, p + r, block.attn_norm.weight.shape[0], generator=g)
+    fc = FeatureCache(prompt_length=p, verify_compat=True)
+    v_new = block.value(h[:, p:])
+    picked = torch.tensor([[p + 1, p + 4, p + 9], [p, p + 2, p + 10]])
+    for with_prompt in (False, True):
+        selected = torch.cat([torch.arange(p).expand(2, -1), picked], dim=1) if with_prompt else picked
+        q, k, v = fc._published_qkv(block, h, v_new, selected, with_prompt)
+        rows = h.gather(1, picked[..., None].expand(-1, -1, h.shape[-1]))
+        q_rows, k_rows, _ = block.qkv(rows)
+        v_rows = torch.stack([v_new[b, :, picked[b] - p] for b in range(2)])
+        parts = [block.qkv(h[:, :p])] if with_prompt else []
+        want = [torch.cat([*(x[i] for x in parts), y], dim=2) for i, y in enumerate((q_rows, k_rows, v_rows))]
+        assert all(torch.equal(got, w) for got, w in zip((q, k, v), want))

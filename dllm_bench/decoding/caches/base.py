@@ -112,6 +112,11 @@ class Cache(Protocol):
                       block_lo: torch.Tensor) -> torch.Tensor:
         """The step's commit mask [B, G] given which rows' forward was a refresh ([B] bool) and their block starts."""
 
+    @property
+    def holds_full_blocks(self) -> bool:
+        """Rows of a batch leave a block together: a row whose block is full waits until every active row's is
+        (d2Cache's published batch loop, ``top_up``); the policy of blocks holds them."""
+
     def check(self) -> None:
         """Raise ValueError (one line naming the value and the allowed range) for a parameter out of range."""
 
@@ -145,6 +150,10 @@ class CacheBase:
     def adjust_commit(self, commit: torch.Tensor, candidates: torch.Tensor, refreshed: torch.Tensor,
                       block_lo: torch.Tensor) -> torch.Tensor:
         return commit
+
+    @property
+    def holds_full_blocks(self) -> bool:
+        return False
 
     def __post_init__(self) -> None:
         self.check()

@@ -113,9 +113,9 @@ def _top_up(query: torch.Tensor, Q: int, importance: torch.Tensor, scores: torch
     rank[:, -G:] += rank.max() + scores
     rank = torch.where(query | ~real, float("-inf"), rank)
     need = Q - query.sum(dim=1, keepdim=True)
-    order = torch.topk(rank, k=Q, dim=1).indices
+    order = torch.topk(rank, k=Q, dim=1).indices  # distinct positions: each slot writes its own
     pick = torch.arange(Q, device=query.device) < need
-    return query | torch.zeros_like(query).scatter(1, torch.where(pick, order, order[:, :1]), pick)
+    return query | torch.zeros_like(query).scatter(1, order, pick)
 
 
 @register
@@ -123,8 +123,10 @@ def _top_up(query: torch.Tensor, Q: int, importance: torch.Tensor, scores: torch
 class D2Cache(CacheBase):
     """d2Cache's dual adaptive cache; defaults = its published d2Cache runs (configs/cache/d2cache.yaml and
     configs/gen_args.py: rollout_p 0.1, current_k 32, sigma 10, inflate_w 0; its class default inflate_w 4 is the
-    semi-AR preset, d2cache_semi_ar.yaml). ``top_up``: rows of a batch query equally many positions, the extra
-    ones chosen as the published forward does (False: a row repeats its own last query; rows stay independent)."""
+    semi-AR preset, d2cache_semi_ar.yaml). ``top_up``: the published batch loop: rows of a batch query equally many
+    positions, the extra ones chosen as the published forward does, and a row whose block is full waits out of the
+    forwards (its plan kept) until every row's is (False: a row repeats its own last query and moves on at once;
+    rows stay independent)."""
 
     rollout_p: float = 0.1
     current_k: int = 32
@@ -133,6 +135,11 @@ class D2Cache(CacheBase):
     top_up: bool = False
     name: ClassVar[str] = "d2cache"
     sync_budget: ClassVar[int] = 5  # two more than the engine's: its query set's width and the candidates that forward queried
+
+    @property
+    def holds_full_blocks(self) -> bool:
+        return self.top_up
+
     def check(self) -> None:
         if not 0 <= self.rollout_p <= 1:
             raise ValueError(f"d2cache rollout_p must be in [0, 1], got {self.rollout_p}")
@@ -153,7 +160,11 @@ class D2Cache(CacheBase):
 
 class D2Session:
     """One cohort for the whole decode; rows that finish leave it. Forward positions: the prompt's real tokens and
-    the answer on the first forward, then each row's own queries."""
+    the answer on the first forward, then each row's own queries.
+
+    Each row's next queries are planned from the step it last took part in, together with the rows of that step
+    (the published loop plans at a step's end over the rows it ran). With ``top_up`` a row whose block is full waits
+    out of the forwards (the engine holds it there, :attr:`D2Cache.holds_full_blocks`) and keeps its plan."""
 
     def __init__(self, cache: D2Cache, canvas: Canvas) -> None:
         self.cache, self.canvas = cache, canvas
@@ -161,6 +172,9 @@ class D2Session:
         self.first_conf: torch.Tensor | None = None  # [b, G] the first forward's confidence at its masked positions
         self.masked: torch.Tensor | None = None  # [b, G] masked when the last step began
         self.open_block: torch.Tensor | None = None  # [b, G] the last step's block positions masked then
+        self.ran: list[bool] = []  # per cohort row: it took part in the last forward
+        self.query: torch.Tensor | None = None  # [b, T] each row's planned queries
+        self.scores: torch.Tensor | None = None  # [b, G] and the answer scores of that plan
         self._bounds: tuple[list[int], list[int], torch.Tensor] | None = None  # block bounds, copied to the device
 
     def forwards(self, view: HostView, rows: StepRows, ids: torch.Tensor) -> Iterator[Forward]:
@@ -168,16 +182,21 @@ class D2Session:
         if self.cohort is None:
             self.cohort = Cohort(rows.device(view.rows), list(view.rows), RolloutKVCache())
             self._remember(view, ids)
+            self.ran = [True] * len(view.rows)
             yield Forward(self.cohort.rows, self.cohort.storage, refresh=True, count=T - P, count_prompt=True)
             return
         cohort = self.cohort
         active = set(view.rows)
         keep = [r in active for r in cohort.host_rows]
         if not all(keep):
-            index = torch.tensor([i for i, k in enumerate(keep) if k], dtype=torch.long, device=cohort.rows.device)
+            kept = [i for i, k in enumerate(keep) if k]
+            index = torch.tensor(kept, dtype=torch.long, device=cohort.rows.device)
             self.masked, self.open_block = self.masked[index], self.open_block[index]
             if self.first_conf is not None:
                 self.first_conf = self.first_conf[index]
+            if self.query is not None:
+                self.query, self.scores = self.query[index], self.scores[index]
+            self.ran = [self.ran[i] for i in kept]
         if not cohort.shrink(keep, rows):
             raise RuntimeError(f"rows {view.rows} are not in the d2Cache cohort {cohort.host_rows} (engine bug)")
         storage: RolloutKVCache = cohort.storage
@@ -186,11 +205,33 @@ class D2Session:
             storage.first_output = None
         masked = ids.index_select(0, cohort.rows)[:, P:] == self.canvas.mask_token_id
         real = torch.arange(T, device=masked.device) >= (P - self.canvas.prompt_real.index_select(0, cohort.rows))[:, None]
-        query, scores = next_queries(self.first_conf, masked, self.masked & ~masked, self.open_block,
-                                     storage.importance, real, self.cache, self.canvas.shift)
-        positions, counts = query_positions(query, storage.importance, scores, real, self.cache.top_up)
+        self._plan(masked, real, storage.importance)
+        G = T - P
+        # a held row's block is full: every answer position it still has masked lies past its block
+        go = [not (self.cache.top_up and view.masked[r] == G - view.block_hi[r]) for r in cohort.host_rows]
+        sub = None if all(go) else torch.tensor([i for i, g in enumerate(go) if g], device=masked.device)
+        pick = (lambda t: t) if sub is None else (lambda t: t.index_select(0, sub))
+        positions, counts = query_positions(pick(self.query), pick(storage.importance), pick(self.scores), pick(real),
+                                            self.cache.top_up)
         self._remember(view, ids)
-        yield Forward(cohort.rows, storage, refresh=False, count=counts, positions=positions, unqueried_zero=True)
+        self.ran = go
+        storage.select_rows(sub)
+        yield Forward(pick(cohort.rows), storage, refresh=False, count=counts, positions=positions, unqueried_zero=True)
+        storage.select_rows(None)
+
+    def _plan(self, masked: torch.Tensor, real: torch.Tensor, importance: torch.Tensor) -> None:
+        """The next queries and answer scores of the rows that ran the last forward, planned together as a batch;
+        the other rows keep theirs."""
+        decoded = self.masked & ~masked
+        if all(self.ran):
+            self.query, self.scores = next_queries(self.first_conf, masked, decoded, self.open_block, importance, real,
+                                                   self.cache, self.canvas.shift)
+            return
+        ran = torch.tensor([i for i, r in enumerate(self.ran) if r], device=masked.device)
+        parts = (self.first_conf, masked, decoded, self.open_block, importance, real)
+        query, scores = next_queries(*(t.index_select(0, ran) for t in parts), self.cache, self.canvas.shift)
+        self.query = self.query.index_copy(0, ran, query)
+        self.scores = self.scores.index_copy(0, ran, scores)
 
     def _remember(self, view: HostView, ids: torch.Tensor) -> None:
         """The masks and the open block of the step about to run (the next plan's "last step")."""

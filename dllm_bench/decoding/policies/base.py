@@ -87,6 +87,10 @@ class Policy(Protocol):
     def ends_rows_early(self) -> str | None:
         """What ends a row before its answer is committed, the rest then the first stop id (None: nothing)."""
 
+    def hold_blocks(self, state: Any) -> None:
+        """Make the rows of the batch leave a block together (a cache whose published loop does: d2Cache's
+        ``top_up``, ``Cache.holds_full_blocks``)."""
+
     def check(self) -> None:
         """Raise ValueError (one line naming the value and the allowed range) for a parameter out of range."""
 
@@ -147,6 +151,10 @@ class PolicyBase:
 
     def ends_rows_early(self) -> str | None:
         return None
+
+    def hold_blocks(self, state: Any) -> None:
+        raise ValueError(f"policy {self.name!r} has no blocks for rows to leave together (a cache with "
+                         "holds_full_blocks runs with policy blocks)")
 
     def refuse_rule(self, rule: Any) -> str | None:
         """Why this policy does not run with ``rule`` (None: the policy's own rule); None = it does."""

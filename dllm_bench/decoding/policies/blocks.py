@@ -23,6 +23,7 @@ class BlockState:
     step_in_block: torch.Tensor  # steps taken in the current block
     steps_per_block: int | None = None  # fixed steps per block (None: adaptive, a block runs until full)
     commit_counts: torch.Tensor | None = None  # [steps_per_block] tokens committed at each step of a block
+    hold: bool = False  # rows leave a block together, once every active row's is done (``hold_blocks``)
 
 
 @register
@@ -84,6 +85,11 @@ class BlockPolicy(PolicyBase):
         # early, as KLASS's loop breaks; a fixed count fills it exactly at its last step)
         done = full if self.steps is None else full | (state.step_in_block >= state.steps_per_block)
         done &= active
+        if state.hold:
+            done &= (done | ~active).all()
         state.block += done.long()
         state.step_in_block = torch.where(done, 0, state.step_in_block)
         return state.block >= state.num_blocks
+
+    def hold_blocks(self, state: BlockState) -> None:
+        state.hold = True

@@ -157,7 +157,7 @@ class FeatureCache:
         if selected.shape[1] == 0:
             return
         h_sel = h.gather(1, selected[..., None].expand(-1, -1, h.shape[-1]))
-        q, k, v = block.qkv(h_sel)
+        q, k, v = self._published_qkv(block, h, v_new, selected, with_prompt) if self.verify_compat else block.qkv(h_sel)
         kpos = selected[:, None, :, None].expand(-1, k.shape[1], -1, k.shape[-1])
         c["k"].scatter_(2, kpos, k)
         c["v"].scatter_(2, kpos, v)
@@ -167,6 +167,21 @@ class FeatureCache:
         c["attn"].scatter_(1, dpos, attn)
         c["ffn"].scatter_(1, dpos, ffn)
         self.recomputed_tokens += b * n
+
+    def _published_qkv(self, block: Block, h: torch.Tensor, v_new: torch.Tensor, selected: torch.Tensor,
+                       with_prompt: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k, v of the ``selected`` positions from the products the published hook takes: the prompt's (on a
+        prompt refresh) from the prompt alone, the picked response rows' q and k from those rows alone, and their v
+        the rows of the whole response's V product ``v_new`` (a small product may round differently from the same
+        rows inside the large one, and the published row choice can rest on similarities one float32 step apart)."""
+        p = self.prompt_length
+        picked = selected[:, p:] if with_prompt else selected
+        q, k, _ = block.qkv(h.gather(1, picked[..., None].expand(-1, -1, h.shape[-1])))
+        v = v_new.gather(2, (picked - p)[:, None, :, None].expand(-1, v_new.shape[1], -1, v_new.shape[-1]))
+        if with_prompt:
+            qp, kp, vp = block.qkv(h[:, :p])
+            q, k, v = torch.cat([qp, q], dim=2), torch.cat([kp, k], dim=2), torch.cat([vp, v], dim=2)
+        return q, k, v
 
     def keep_rows(self, rows: torch.Tensor) -> None:
         """Drop batch rows that finished (rows = indices to keep)."""

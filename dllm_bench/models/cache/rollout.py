@@ -6,7 +6,9 @@ computed explicitly (softmax in float32 of q.k / sqrt(d)) because the rollout ne
 head-mean attention rows of the queries (identity rows for the positions not queried) plus the identity,
 row-normalised, multiply the rollout so far (:func:`rollout_step`). ``importance`` [B, T] is the rollout's column
 sums after the last forward: how much every position feeds the others through all layers; ``first_output`` the
-first (full) forward's output residual stream, from which d2Cache takes its confidences.
+first (full) forward's output residual stream, from which d2Cache takes its confidences. A forward may cover only
+some of the stored rows (:meth:`RolloutKVCache.select_rows`: d2Cache's published batch loop leaves out the rows that
+wait at a block end); the others keep their K/V and importance.
 """
 
 from __future__ import annotations
@@ -42,16 +44,27 @@ class RolloutKVCache:
         self.values: list[torch.Tensor] = []
         self.ids: torch.Tensor | None = None
         self.length = 0
-        self.rollout: torch.Tensor | None = None  # [B, T, T] of the last forward
+        self.rollout: torch.Tensor | None = None  # [b, T, T] of the last forward (its rows)
         self.first_output: torch.Tensor | None = None  # [B, T, d]: the first (full) forward's last residual stream
+        self.rows: torch.Tensor | None = None  # stored rows the next forward covers (None = all)
         self._positions: torch.Tensor | None = None
+        self._covered: torch.Tensor | None = None  # the rows the last forward covered (None = all)
+        self._before: torch.Tensor | None = None  # [B, T] importance before the last forward (rows it left out)
+        self._importance: torch.Tensor | None = None  # [B, T] once read after a forward
+
+    def select_rows(self, rows: torch.Tensor | None) -> None:
+        """Restrict the next forwards to these stored rows (ascending indices into the storage's batch); None = all."""
+        self.rows = rows
 
     @property
     def importance(self) -> torch.Tensor:
-        """[B, T]: the last forward's rollout summed over its rows (what each position contributes)."""
-        if self.rollout is None:
-            raise RuntimeError("the rollout cache has run no forward yet")
-        return self.rollout.sum(dim=1)
+        """[B, T]: each row's last forward's rollout summed over its rows (what each position contributes)."""
+        if self._importance is None:
+            if self.rollout is None:
+                raise RuntimeError("the rollout cache has run no forward yet")
+            last = self.rollout.sum(dim=1)
+            self._importance = last if self._covered is None else self._before.index_copy(0, self._covered, last)
+        return self._importance
 
     def token_ids(self, lo: int, hi: int) -> torch.Tensor:
         if self.ids is None:
@@ -71,13 +84,19 @@ class RolloutKVCache:
             self.length = canvas_length
         elif positions is None:
             raise RuntimeError("after its first forward the rollout cache runs at per-row query positions")
-        elif canvas_length != self.length or input_ids.shape[0] != self.ids.shape[0]:
-            raise RuntimeError(f"cache holds {self.ids.shape[0]} rows x {self.length} positions; forward has "
-                               f"{input_ids.shape[0]} x {canvas_length}")
         else:
-            self.ids.scatter_(1, positions, input_ids)
+            rows = self.ids.shape[0] if self.rows is None else self.rows.numel()
+            if canvas_length != self.length or input_ids.shape[0] != rows:
+                raise RuntimeError(f"cache covers {rows} rows x {self.length} positions; forward has "
+                                   f"{input_ids.shape[0]} x {canvas_length}")
+            if self.rows is None:
+                self.ids.scatter_(1, positions, input_ids)
+            else:
+                self.ids[self.rows] = self.ids[self.rows].scatter(1, positions, input_ids)
+        self._before = None if self.rows is None else self.importance
+        self._covered = self.rows
         self._positions = positions
-        self.rollout = None
+        self.rollout = self._importance = None
 
     def run_layer(self, i: int, block: Block, h: torch.Tensor, ctx: LayerContext) -> torch.Tensor:
         q, k, v = block.qkv(h)
@@ -86,11 +105,16 @@ class RolloutKVCache:
         if i == len(self.keys):
             self.keys.append(k.clone())
             self.values.append(v.clone())
+            keys, values = self.keys[i], self.values[i]
         else:
             index = self._positions[:, None, :, None].expand(-1, k.shape[1], -1, k.shape[-1])
-            self.keys[i].scatter_(2, index, k)
-            self.values[i].scatter_(2, index, v)
-        attn, weights = self._attend(block, q, self.keys[i], self.values[i], ctx.key_mask)
+            if self._covered is None:
+                keys, values = self.keys[i].scatter_(2, index, k), self.values[i].scatter_(2, index, v)
+            else:
+                keys = self.keys[i][self._covered].scatter_(2, index, k)
+                values = self.values[i][self._covered].scatter_(2, index, v)
+                self.keys[i][self._covered], self.values[i][self._covered] = keys, values
+        attn, weights = self._attend(block, q, keys, values, ctx.key_mask)
         self.rollout = rollout_step(self.rollout, weights.mean(dim=1), self._positions)
         h = h + attn
         h = h + block.ffn(h)
@@ -114,11 +138,12 @@ class RolloutKVCache:
         return block.o_proj(out.transpose(1, 2).reshape(b, t, -1)), weights
 
     def keep_rows(self, rows: torch.Tensor) -> None:
+        if self.rollout is not None or self._importance is not None:
+            self._importance = self.importance[rows]
+        self.rollout, self._covered, self._before = None, None, None
         self.keys = [k[rows] for k in self.keys]
         self.values = [v[rows] for v in self.values]
         if self.ids is not None:
             self.ids = self.ids[rows]
-        if self.rollout is not None:
-            self.rollout = self.rollout[rows]
         if self.first_output is not None:
             self.first_output = self.first_output[rows]
