@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .blocks import ATTENTIONS, BLOCK_GRIDS
+
 FLAVOURS = ("llada", "dream")
 TENSOR_NAMINGS = ("olmo", "llama")
 
@@ -60,25 +62,45 @@ class ModelConfig:
     is_instruct: bool = False
     name_or_path: str = ""
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    # block diffusion's three switches (see .blocks): attention topology and block size, block grid, prediction
+    # shift (None: as the flavour, Dream's logits at i predict token i+1)
+    attention: str = "full"
+    block_size: int = 0
+    block_grid: str = "absolute"
+    predicts_next: bool | None = None
+    head_dim_override: int | None = None  # Qwen3 / LLaDA2 configs name head_dim apart from d_model / n_heads
+    eot_token: str | None = None  # end-of-turn token string where the flavour's default is not the vocabulary's
 
     def __post_init__(self) -> None:
         if self.flavour not in FLAVOURS:
             raise ConfigError(f"flavour {self.flavour!r} is not supported; allowed: {FLAVOURS}")
         if self.tensor_naming not in TENSOR_NAMINGS:
             raise ConfigError(f"tensor_naming {self.tensor_naming!r} is not supported; allowed: {TENSOR_NAMINGS}")
-        if self.d_model % self.n_heads:
+        if self.head_dim_override is None and self.d_model % self.n_heads:
             raise ConfigError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
+        if self.attention not in ATTENTIONS:
+            raise ConfigError(f"attention {self.attention!r} is not supported; allowed: {ATTENTIONS}")
+        if self.block_grid not in BLOCK_GRIDS:
+            raise ConfigError(f"block_grid {self.block_grid!r} is not supported; allowed: {BLOCK_GRIDS}")
+        if self.attention == "block_causal" and self.block_size <= 0:
+            raise ConfigError(f"block-causal attention needs a positive block_size, got {self.block_size}")
         if self.n_heads % self.n_kv_heads:
             raise ConfigError(f"n_heads {self.n_heads} is not divisible by n_kv_heads {self.n_kv_heads}")
 
     @property
     def head_dim(self) -> int:
-        return self.d_model // self.n_heads
+        return self.head_dim_override or self.d_model // self.n_heads
+
+    @property
+    def rotary_dim(self) -> int:
+        """Dimensions of each head that RoPE rotates (all, unless a partial rotary factor says fewer)."""
+        return self.head_dim
 
     @property
     def shift_logits(self) -> bool:
-        """Dream predicts position i from hidden state i-1; the network shifts so callers never see it."""
-        return self.flavour == "dream"
+        """Dream (and Fast-dLLM v2) predict position i from hidden state i-1; the network shifts so callers never
+        see it."""
+        return self.flavour == "dream" if self.predicts_next is None else self.predicts_next
 
     @property
     def stop_token_ids(self) -> tuple[int, ...]:
