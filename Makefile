@@ -63,6 +63,7 @@ test-fast: setup  ## the inner loop: a fast subset of the suite (FAST_TESTS)
 CAPABILITY_TESTS ?= tests/decoding/test_speed_equivalence.py tests/decoding/test_verify_selection.py \
 	tests/decoding/test_cache_reference.py tests/decoding/test_head_window.py tests/decoding/test_confidence.py \
 	tests/models/test_linear.py tests/models/test_numerics.py tests/models/test_published_logits.py \
+	tests/models/test_block_published_logits.py tests/models/test_block_attention.py \
 	tests/decoding/test_bf16_tier.py::test_dream_bf16_decode_equals_the_published_loop \
 	tests/decoding/test_elastic_cache.py::test_a_threshold_that_always_fires_is_the_uncached_decode_bit_for_bit \
 	tests/decoding/test_elastic_cache.py::test_a_row_of_a_batch_decodes_as_it_does_alone \
