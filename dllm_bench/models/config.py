@@ -17,7 +17,8 @@ TENSOR_NAMINGS = ("olmo", "llama")
 # model_type values (as written in real config.json files) -> flavour
 MODEL_TYPES = {"llada": "llada", "Dream": "dream", "dream": "dream"}
 # mask token of the real vocabularies: (flavour, vocabulary rows) -> id
-REAL_MASK_IDS = {("llada", 126464): 126336, ("dream", 152064): 151666}
+REAL_MASK_IDS = {("llada", 126464): 126336, ("dream", 152064): 151666,
+                 ("llada", 155136): 5}  # iLLaDA: "By setting mask_id=5" (ML-GSAI/LLaDA README @ b7e6c35)
 
 
 class ConfigError(ValueError):
@@ -26,7 +27,7 @@ class ConfigError(ValueError):
 
 # config.json keys whose other values change the network beyond what DiffusionLM computes: key -> allowed values
 UNSUPPORTED_IF_NOT = {
-    "rope_scaling": (None,), "use_sliding_window": (None, False), "tie_word_embeddings": (None, False),
+    "rope_scaling": (None,), "use_sliding_window": (None, False),
     "hidden_act": (None, "silu"), "activation_type": (None, "silu"), "alibi": (None, False), "rope": (None, True),
     "attention_layer_norm": (None, False), "clip_qkv": (None,), "input_emb_norm": (None, False),
     "scale_logits": (None, False), "layer_norm_type": (None, "rms"), "block_type": (None, "llama"),
@@ -69,6 +70,7 @@ class ModelConfig:
     block_grid: str = "absolute"
     predicts_next: bool | None = None
     head_dim_override: int | None = None  # Qwen3 / LLaDA2 configs name head_dim apart from d_model / n_heads
+    tie_embeddings: bool = False  # the LM head is the embedding (tie_word_embeddings; the checkpoint has no head)
     eot_token: str | None = None  # end-of-turn token string where the flavour's default is not the vocabulary's
 
     def __post_init__(self) -> None:
@@ -130,6 +132,10 @@ class ModelConfig:
                     f"does not compute; allowed: {[a for a in allowed if a is not None] or 'null'}"
                 )
 
+        if flavour == "dream" and cfg.get("tie_word_embeddings"):  # a tied head is LLaDA-flavoured here (iLLaDA)
+            raise ConfigError(f"config.json of {name_or_path or '<config>'} has tie_word_embeddings=True, which the "
+                              f"dream network does not compute; allowed: false")
+
         def need(*keys: str) -> Any:
             for k in keys:
                 if cfg.get(k) is not None:
@@ -183,6 +189,7 @@ class ModelConfig:
             tensor_naming="llama",
             # the Qwen2/LLaMA-style model files (Dream; LLaDA-V's language model) cast cos/sin to the model dtype
             rope_full_precision=bool(cfg.get("rope_full_precision", False)),
+            tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),  # iLLaDA-8B ties its head
             max_sequence_length=int(cfg.get("max_position_embeddings", 4096)),
             **common,
         )

@@ -28,6 +28,7 @@ from .config import ModelConfig
 from .cpu_linear import Linear
 from .host import host_reads_free
 from .tensor_names import speak_dense_names
+from .tied import tie_head
 
 
 class RMSNorm(nn.Module):
@@ -213,6 +214,8 @@ class DiffusionLM(nn.Module):
         self.tokenizer: Any = None  # set by load_model
         self._rope_memo: tuple[torch.Tensor, torch.Tensor, torch.Tensor, bool] | None = None
         speak_dense_names(self)
+        if config.tie_embeddings:
+            tie_head(self)
 
     @property
     def device(self) -> torch.device:

@@ -33,10 +33,9 @@ QWEN_END_OF_TURN = "<|im_end|>"
 
 @dataclass
 class QwenConfig(ModelConfig):
-    """:class:`ModelConfig` plus Qwen3's per-head q/k norm and a tied LM head."""
+    """:class:`ModelConfig` plus Qwen3's per-head q/k norm and SDAR's norm rounding."""
 
     qk_norm: bool = False
-    tie_embeddings: bool = False
     # SDAR's norms are flash-attn's fused RMSNorm: the weight multiplies in float32 and the result rounds once to
     # the model dtype (Qwen's own RMSNorm rounds, then multiplies in the model dtype); the same in float32
     norm_rounds_once: bool = False
@@ -146,24 +145,3 @@ class QwenDiffusionLM(DiffusionLM):
         self.layers = nn.ModuleList(QwenBlock(config) for _ in range(config.n_layers))
         if config.norm_rounds_once:
             self.norm = FusedRMSNorm(config.d_model, config.rms_norm_eps)
-        if config.tie_embeddings:
-            self.lm_head.weight = self.embed.weight
-            self._register_state_dict_hook(_drop_tied_head)
-            self._register_load_state_dict_pre_hook(_fill_tied_head)
-
-    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
-        out = super().load_state_dict(state_dict, strict=strict, assign=assign)
-        if self.config.tie_embeddings:
-            self.lm_head.weight = self.embed.weight  # ``assign`` replaced both parameters: tie them again
-        return out
-
-
-def _drop_tied_head(module: nn.Module, state_dict: dict, prefix: str, local_metadata: Any) -> dict:
-    state_dict.pop(prefix + "lm_head.weight", None)
-    return state_dict
-
-
-def _fill_tied_head(state_dict: dict, prefix: str, *args: Any) -> None:
-    for name in ("model.embed_tokens.weight", "embed.weight"):
-        if prefix + name in state_dict and prefix + "lm_head.weight" not in state_dict:
-            state_dict[prefix + "lm_head.weight"] = state_dict[prefix + name]

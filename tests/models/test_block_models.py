@@ -215,3 +215,19 @@ def test_a_tied_tiny_checkpoint_stores_no_head(tmp_path):
         assert "lm_head.weight" not in f.keys()
     model = load_model(directory, device="cpu")
     assert model.lm_head.weight.data_ptr() == model.embed.weight.data_ptr()
+
+
+def test_illada_8b_from_its_model_card(tmp_path):
+    """iLLaDA-8B's hub config was not found: a LLaMA-style LLaDA config with the model card's architecture table
+    (32 layers, 4096, 32 / 8 heads, FFN 14,336, vocab 155,136, tied embeddings) builds 7.62B parameters, 6.98B of
+    them outside the embedding, as the card says; the mask id is 5 (ML-GSAI/LLaDA's README)."""
+    cfg = {"architectures": ["LLaDAModelLM"], "model_type": "llada", "hidden_size": 4096, "num_hidden_layers": 32,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 155136,
+           "tie_word_embeddings": True, "rope_theta": 500000.0, "rms_norm_eps": 1e-5, "eos_token_id": 1}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    model = load_model(tmp_path, device="meta")
+    n, embedding = model.num_parameters(), model.embed.weight.numel()
+    assert round(n / 1e9, 2) == 7.62 and round((n - embedding) / 1e9, 2) == 6.98
+    assert "lm_head.weight" not in model.state_dict() and model.lm_head.weight is model.embed.weight
+    assert model.config.mask_token_id == 5 and model.config.attention == "full"
+    assert model.state_dict()["model.layers.0.self_attn.k_proj.weight"].shape == (1024, 4096)
