@@ -238,6 +238,7 @@ class DiffusionLM(nn.Module):
         query_positions: torch.Tensor | None = None,
         query_key_mask: torch.Tensor | None = None,
         block_anchor: torch.Tensor | int | None = None,
+        raw_logits: bool = False,
     ) -> torch.Tensor:
         """Logits [B, T, V] for ``input_ids`` [B, T] placed at canvas positions ``[start, start + T)``.
 
@@ -251,12 +252,16 @@ class DiffusionLM(nn.Module):
         tokens at those canvas positions, one set per row, instead of a span (see :meth:`_forward_at`).
         ``block_anchor`` ([B] or int, position-id units): where generated blocks start under an anchored block grid
         (the prompt's length; see :mod:`.blocks`); block-causal attention comes from the config.
+        ``raw_logits``: a shifted model's logits at i from its own state i (its prediction of token i + 1, as its
+        model file returns them), not shifted back; no position before the span is run.
         """
         if logits_range is not None and logits_at is not None:
             raise ValueError("give logits_range or logits_at, not both")
         if query_key_mask is not None and (cache is not None or query_key_mask.shape[1:] != (t := input_ids.shape[1], t)):
             raise ValueError(f"query_key_mask needs no cache and shape [B, T, T], got {tuple(query_key_mask.shape)}")
         if query_positions is not None:
+            if raw_logits:
+                raise ValueError("raw_logits is a span forward's option, not query_positions'")
             return self._forward_at(input_ids, query_positions, attention_mask, position_ids, cache, embed_override,
                                     logits_range, logits_at, block_anchor)
         b, t = input_ids.shape
@@ -264,7 +269,8 @@ class DiffusionLM(nn.Module):
         if start < 0 or start + t > s:
             raise ValueError(f"span [{start}, {start + t}) is outside the canvas of length {s}")
         # Dream's logits at i come from hidden state i-1: for a span starting at start > 0 also run start-1.
-        q_lo = start - 1 if (self.config.shift_logits and start > 0) else start
+        shift = self.config.shift_logits and not raw_logits
+        q_lo = start - 1 if (shift and start > 0) else start
         if q_lo < start:
             input_ids = torch.cat([cache.token_ids(q_lo, start), input_ids], dim=1)
         if attention_mask is not None:
@@ -289,11 +295,11 @@ class DiffusionLM(nn.Module):
         for i, block in enumerate(self.layers):
             h = block(h, ctx) if cache is None else cache.run_layer(i, block, h, ctx)
 
-        return self._logits(h, q_lo, start, start + t, attention_mask, logits_range, logits_at)
+        return self._logits(h, q_lo, start, start + t, attention_mask, logits_range, logits_at, shift)
 
     def _logits(self, h: torch.Tensor, q_lo: int, lo: int, hi: int, attention_mask: torch.Tensor | None,
-                logits_range: tuple[int, int] | None, logits_at: tuple[torch.Tensor, torch.Tensor] | None
-                ) -> torch.Tensor:
+                logits_range: tuple[int, int] | None, logits_at: tuple[torch.Tensor, torch.Tensor] | None,
+                shift: bool = True) -> torch.Tensor:
         """The LM head where the caller asked, by one path: (row, position) pairs -> the hidden states that
         predict them (Dream's shift) -> :meth:`head`. [n, V] for ``logits_at``, else [B, b - a, V] over
         ``logits_range`` = (a, b) (default the span [lo, hi)); ``h`` holds the states of positions q_lo .. hi - 1."""
@@ -311,7 +317,7 @@ class DiffusionLM(nn.Module):
                 raise ValueError(f"logits_range {logits_range} is not inside the span [{lo}, {hi})")
             rows = torch.arange(h.shape[0], device=h.device).repeat_interleave(b - a)
             pos = torch.arange(a, b, device=h.device).repeat(h.shape[0])
-        src = self._sources(rows, pos, attention_mask) if self.config.shift_logits else pos
+        src = self._sources(rows, pos, attention_mask) if self.config.shift_logits and shift else pos
         logits = self.head(h[rows, src - q_lo])
         return logits if logits_at is not None else logits.view(h.shape[0], b - a, logits.shape[-1])
 

@@ -152,5 +152,59 @@ def test_the_cache_refuses_a_span_that_does_not_continue_the_prefix():
     ids = torch.zeros(1, 8, dtype=torch.long)
     with torch.no_grad():
         model(ids[:, :4], cache=cache)
-        with pytest.raises(RuntimeError, match="committed prefix"):
+        with pytest.raises(RuntimeError, match="committed end"):
             model(ids[:, 4:8], cache=cache, start=5)
+
+
+def test_the_open_block_equals_recomputing_while_its_tokens_are_unchanged_and_commits_whole():
+    """Fast-dLLM v2's sub-block cache: the open block's stored K/V plus a sub-block's fresh ones equal the canvas
+    recomputed (the block's tokens unchanged); a commit covers the whole open block and closes it."""
+    model = _model(_config("dream", block_size=8))
+    ids = torch.randint(0, 60, (2, 24), generator=torch.Generator().manual_seed(5))
+    cache = CommittedBlockCache()
+    with torch.no_grad():
+        full = model(ids)
+        cache.commit_next()
+        model(ids[:, :8], cache=cache)
+        cache.open_block()
+        torch.testing.assert_close(model(ids[:, 8:16], cache=cache, start=8), full[:, 8:16], rtol=1e-5, atol=1e-5)
+        for lo in (8, 12):  # sub-blocks of 4: the first one's first logit comes from the committed position 7
+            torch.testing.assert_close(model(ids[:, lo:lo + 4], cache=cache, start=lo), full[:, lo:lo + 4],
+                                       rtol=1e-5, atol=1e-5)
+        assert (cache.committed, cache.length) == (8, 16)
+        cache.commit_next()
+        with pytest.raises(RuntimeError, match="whole open block"):
+            model(ids[:, 8:12], cache=cache, start=8)
+        cache.commit_next()
+        model(ids[:, 8:16], cache=cache, start=8)
+        assert (cache.committed, cache.length, cache.open_keys) == (16, 16, [])
+        torch.testing.assert_close(model(ids[:, 16:24], cache=cache, start=16), full[:, 16:24], rtol=1e-5, atol=1e-5)
+
+
+def test_raw_logits_are_the_unshifted_states():
+    """A shifted model's raw logits at i are its own state's (its prediction of token i + 1): the shifted logits at
+    i + 1; an unshifted model's raw logits are its logits."""
+    ids = torch.randint(0, 60, (2, 12), generator=torch.Generator().manual_seed(6))
+    dream, llada = _model(_config("dream")), _model(_config("llada"))
+    with torch.no_grad():
+        shifted, raw = dream(ids), dream(ids, raw_logits=True)
+        assert torch.equal(raw[:, :-1], shifted[:, 1:]) and not torch.equal(raw, shifted)
+        assert torch.equal(llada(ids, raw_logits=True), llada(ids))
+
+
+def test_the_canvas_kv_cache_carries_the_block_causal_mask():
+    """The existing whole-canvas K/V cache (Fast-dLLM's prefix / dual cache) on a block-causal model: a span's
+    forward over fresh stored keys equals the full forward (the mask follows each query's block)."""
+    from dllm_bench.models.cache import KVCache
+
+    model = _model(_config("dream"))
+    ids = torch.randint(0, 60, (2, 16), generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        full = model(ids)
+        cache = KVCache()
+        model(ids, cache=cache)
+        torch.testing.assert_close(model(ids[:, 6:10], cache=cache, start=6), full[:, 6:10], rtol=1e-5, atol=1e-5)
+        query = torch.tensor([[2, 3], [8, 9]])  # per-row positions (a shifted logit's source is a query too)
+        got = model(ids.gather(1, query), cache=cache, query_positions=query,
+                    logits_at=(torch.tensor([0, 1]), torch.tensor([3, 9])))
+        torch.testing.assert_close(got, full[torch.tensor([0, 1]), torch.tensor([3, 9])], rtol=1e-5, atol=1e-5)

@@ -140,3 +140,23 @@ def test_llada2_logits_are_the_published_ones(golden, checkpoints, dn):
     with torch.no_grad():
         ours = model(g["input_ids"])
     _check(ours, g[f"llada2_{dn}"], dn, bits=_same_machine(meta) and dn == "bfloat16")
+
+
+@pytest.mark.parametrize("dn", list(DTYPES))
+def test_fast_dllm_v2_sub_block_cache_is_the_published_block_cache(golden, checkpoints, dn):
+    """The open block (Fast-dLLM v2's ``use_block_cache``): the block's forward stores its K/V uncommitted, a
+    sub-block's forward overwrites its positions there and attends the prefix and the whole block; ``raw_logits``
+    gives the logits as the model file returns them (token i+1 at i), which its loop shifts within each window."""
+    meta, g = golden
+    ids = g["input_ids"]
+    model = load_model(checkpoints["fast_dllm_v2"], dtype=DTYPES[dn], device="cpu")
+    cache = CommittedBlockCache()
+    with torch.no_grad():
+        cache.commit_next()
+        model(ids[:, :8], cache=cache)
+        cache.open_block()
+        block = model(ids[:, 8:12], cache=cache, start=8, raw_logits=True)
+        sub = model(ids[:, 10:12], cache=cache, start=10, raw_logits=True)
+    assert (cache.committed, cache.length) == (8, 12)
+    _check(block, g[f"fast_dllm_v2_{dn}_openblock"], dn, bits=_same_machine(meta))
+    _check(sub, g[f"fast_dllm_v2_{dn}_subblock"], dn, bits=_same_machine(meta))
