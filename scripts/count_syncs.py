@@ -25,6 +25,7 @@ if str(ROOT) not in sys.path:
 
 from dllm_bench.decoding import DecodeSpec, generate  # noqa: E402
 from dllm_bench.decoding.caches import CACHES  # noqa: E402
+from dllm_bench.decoding.policies import POLICIES  # noqa: E402
 from dllm_bench.decoding.rules import RULES  # noqa: E402
 from dllm_bench.decoding.syncs import SyncCounter  # noqa: E402
 from dllm_bench.models import load_model  # noqa: E402
@@ -32,11 +33,6 @@ from dllm_bench.models.host import accelerator_path  # noqa: E402
 from dllm_bench.runner.combinations import Exercise, exercises, option_name  # noqa: E402
 
 CHECKPOINTS = ROOT / "dllm_bench" / "tiny" / "checkpoints"
-# Host reads per step of a policy's own loop, where above the engine's 3 (SlowFast's phases, Dream's schedules).
-# They move onto the policy classes (``sync_budget``, as rules and caches declare it) with the policy registry.
-# DPad: 4 (gen 32, block 8, batch 1: 32 reads over 8 steps, a Python value made into a tensor each step beside
-# the engine's reads).
-POLICY_BUDGETS = {"slowfast": 5, "dream": 5, "dream_threshold": 5, "dpad": 4}
 DEFAULT_BUDGET = 3
 
 
@@ -44,7 +40,7 @@ def budget(exercise: Exercise) -> int:
     """Host reads per step the setting stays within: the largest its policy, rule and cache declare."""
     s = exercise.setting
     rule = option_name("rule", s.rule)
-    return max(POLICY_BUDGETS.get(option_name("policy", s.policy), DEFAULT_BUDGET),
+    return max(POLICIES[option_name("policy", s.policy)].sync_budget,
                RULES[rule].sync_budget if rule in RULES else DEFAULT_BUDGET,
                CACHES[option_name("cache", s.cache)].sync_budget)
 

@@ -224,7 +224,7 @@ def _fill_special_ids(config: ModelConfig, tokenizer: Any) -> None:
     """End-of-turn and BOS ids from the tokenizer when the config does not carry them."""
     if tokenizer is None:
         return
-    eot = tokenizer.convert_tokens_to_ids(EOT_TOKENS[config.flavour])
+    eot = tokenizer.convert_tokens_to_ids(config.eot_token or EOT_TOKENS[config.flavour])
     if isinstance(eot, int) and eot != tokenizer.unk_token_id:
         config.eot_token_id = eot
     if config.bos_token_id is None and tokenizer.bos_token_id is not None:

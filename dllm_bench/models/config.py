@@ -9,13 +9,16 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .blocks import ATTENTIONS, BLOCK_GRIDS
+
 FLAVOURS = ("llada", "dream")
 TENSOR_NAMINGS = ("olmo", "llama")
 
 # model_type values (as written in real config.json files) -> flavour
 MODEL_TYPES = {"llada": "llada", "Dream": "dream", "dream": "dream"}
 # mask token of the real vocabularies: (flavour, vocabulary rows) -> id
-REAL_MASK_IDS = {("llada", 126464): 126336, ("dream", 152064): 151666}
+REAL_MASK_IDS = {("llada", 126464): 126336, ("dream", 152064): 151666,
+                 ("llada", 155136): 5}  # iLLaDA: "By setting mask_id=5" (ML-GSAI/LLaDA README @ b7e6c35)
 
 
 class ModelConfigError(ValueError):
@@ -24,7 +27,7 @@ class ModelConfigError(ValueError):
 
 # config.json keys whose other values change the network beyond what DiffusionLM computes: key -> allowed values
 UNSUPPORTED_IF_NOT = {
-    "rope_scaling": (None,), "use_sliding_window": (None, False), "tie_word_embeddings": (None, False),
+    "rope_scaling": (None,), "use_sliding_window": (None, False),
     "hidden_act": (None, "silu"), "activation_type": (None, "silu"), "alibi": (None, False), "rope": (None, True),
     "attention_layer_norm": (None, False), "clip_qkv": (None,), "input_emb_norm": (None, False),
     "scale_logits": (None, False), "layer_norm_type": (None, "rms"), "block_type": (None, "llama"),
@@ -60,25 +63,46 @@ class ModelConfig:
     is_instruct: bool = False
     name_or_path: str = ""
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    # block diffusion's three switches (see .blocks): attention topology and block size, block grid, prediction
+    # shift (None: as the flavour, Dream's logits at i predict token i+1)
+    attention: str = "full"
+    block_size: int = 0
+    block_grid: str = "absolute"
+    predicts_next: bool | None = None
+    head_dim_override: int | None = None  # Qwen3 / LLaDA2 configs name head_dim apart from d_model / n_heads
+    tie_embeddings: bool = False  # the LM head is the embedding (tie_word_embeddings; the checkpoint has no head)
+    eot_token: str | None = None  # end-of-turn token string where the flavour's default is not the vocabulary's
 
     def __post_init__(self) -> None:
         if self.flavour not in FLAVOURS:
             raise ModelConfigError(f"flavour {self.flavour!r} is not supported; allowed: {FLAVOURS}")
         if self.tensor_naming not in TENSOR_NAMINGS:
             raise ModelConfigError(f"tensor_naming {self.tensor_naming!r} is not supported; allowed: {TENSOR_NAMINGS}")
-        if self.d_model % self.n_heads:
+        if self.head_dim_override is None and self.d_model % self.n_heads:
             raise ModelConfigError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
+        if self.attention not in ATTENTIONS:
+            raise ModelConfigError(f"attention {self.attention!r} is not supported; allowed: {ATTENTIONS}")
+        if self.block_grid not in BLOCK_GRIDS:
+            raise ModelConfigError(f"block_grid {self.block_grid!r} is not supported; allowed: {BLOCK_GRIDS}")
+        if self.attention == "block_causal" and self.block_size <= 0:
+            raise ModelConfigError(f"block-causal attention needs a positive block_size, got {self.block_size}")
         if self.n_heads % self.n_kv_heads:
             raise ModelConfigError(f"n_heads {self.n_heads} is not divisible by n_kv_heads {self.n_kv_heads}")
 
     @property
     def head_dim(self) -> int:
-        return self.d_model // self.n_heads
+        return self.head_dim_override or self.d_model // self.n_heads
+
+    @property
+    def rotary_dim(self) -> int:
+        """Dimensions of each head that RoPE rotates (all, unless a partial rotary factor says fewer)."""
+        return self.head_dim
 
     @property
     def shift_logits(self) -> bool:
-        """Dream predicts position i from hidden state i-1; the network shifts so callers never see it."""
-        return self.flavour == "dream"
+        """Dream (and Fast-dLLM v2) predict position i from hidden state i-1; the network shifts so callers never
+        see it."""
+        return self.flavour == "dream" if self.predicts_next is None else self.predicts_next
 
     @property
     def stop_token_ids(self) -> tuple[int, ...]:
@@ -110,6 +134,9 @@ class ModelConfig:
 
         olmo = is_olmo_style(cfg)
         style = "LLaDA's OLMo-style keys" if olmo else "LLaMA/Qwen2-style keys"
+        if flavour == "dream" and cfg.get("tie_word_embeddings"):  # a tied head is LLaDA-flavoured here (iLLaDA)
+            raise ModelConfigError(f"config.json of {name_or_path or '<config>'} has tie_word_embeddings=True, which the "
+                                   f"dream network does not compute; allowed: false")
 
         def need(*keys: str) -> Any:
             for k in keys:
@@ -165,6 +192,7 @@ class ModelConfig:
             tensor_naming="llama",
             # the Qwen2/LLaMA-style model files (Dream; LLaDA-V's language model) cast cos/sin to the model dtype
             rope_full_precision=bool(cfg.get("rope_full_precision", False)),
+            tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),  # iLLaDA-8B ties its head
             max_sequence_length=int(cfg.get("max_position_embeddings", 4096)),
             **common,
         )

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from .architectures import architecture_of
 from .checkpoint import (  # noqa: F401  (re-exported: the loading API)
     CheckpointError,
     _fill_special_ids,
@@ -38,6 +39,9 @@ def parse_config(raw: dict[str, Any], name_or_path: str = "") -> ModelConfig:
         from .llada_v import language_config
 
         return language_config(raw, name_or_path=name_or_path)
+    arch = architecture_of(raw)
+    if arch is not None:
+        return arch.parse(raw, name_or_path)
     return (MoEConfig if is_moe_config(raw) else ModelConfig).from_hf_config(raw, name_or_path=name_or_path)
 
 
@@ -67,7 +71,8 @@ def load_model(
         return load_llada_v(directory, dtype=dtype, device=device, instruct=instruct,
                             rope_full_precision=rope_full_precision)
     device, dtype = resolve_device_dtype(device, dtype)
-    moe = is_moe_config(raw)  # LLaDA-MoE: model_type "llada" too, told apart by its experts
+    arch = architecture_of(raw)  # block diffusion and LLaDA2 networks, by their architectures
+    moe = arch is None and is_moe_config(raw)  # LLaDA-MoE: model_type "llada" too, told apart by its architectures
     config = parse_config(raw, name_or_path=str(name_or_path))
     if instruct is not None:
         config.is_instruct = instruct
@@ -76,9 +81,9 @@ def load_model(
     found = None
     if device.type != "meta":
         found = checkpoint_tensors(directory)
-        config.tensor_naming = "llama" if moe else detect_naming(list(found))
+        config.tensor_naming = "llama" if moe or arch is not None else detect_naming(list(found))
     with torch.device("meta"):
-        model = MoEDiffusionLM(config) if moe else DiffusionLM(config)
+        model = arch.network(config) if arch is not None else MoEDiffusionLM(config) if moe else DiffusionLM(config)
     tokenizer = load_tokenizer(directory)
     _fill_special_ids(config, tokenizer)
     model.tokenizer = tokenizer

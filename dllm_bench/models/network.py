@@ -23,10 +23,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .blocks import block_causal_mask, block_ids
 from .config import ModelConfig
 from .cpu_linear import Linear
 from .host import host_reads_free
 from .tensor_names import speak_dense_names
+from .tied import tie_head
 
 
 class RMSNorm(nn.Module):
@@ -61,7 +63,11 @@ def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float,
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate [B, H, T, D] by cos/sin [B, 1, T, D] in the tables' dtype, then cast back to x's: float32 tables
     give LLaDA's ``rope_full_precision``, tables in the model dtype round every product and the sum there (as
-    Dream's model file and LLaDA without full precision do)."""
+    Dream's model file and LLaDA without full precision do). Tables narrower than x rotate its first dims only and
+    pass the rest (partial RoPE, LLaDA2's ``partial_rotary_factor``)."""
+    d = cos.shape[-1]
+    if d < x.shape[-1]:
+        return torch.cat([apply_rope(x[..., :d], cos, sin), x[..., d:]], dim=-1)
     xr = x.to(cos.dtype)
     return (xr * cos + rotate_half(xr) * sin).to(x.dtype)
 
@@ -82,12 +88,29 @@ class LayerContext:
     length: int
     index: torch.Tensor | None = None  # [B, length] long: the queries' canvas positions (None = the span)
     pair_mask: torch.Tensor | None = None  # [B, S, S] bool, query i may attend key j (no cache: queries = canvas)
+    key_blocks: torch.Tensor | None = None  # [B, S] long: block of every canvas position (block-causal attention)
 
-    def attention_mask(self) -> torch.Tensor | None:
-        """The SDPA mask: [B, 1, S, S] from ``pair_mask`` (and the key mask), else [B, 1, 1, S], or None."""
+    def attention_mask(self, q_index: torch.Tensor | None = None) -> torch.Tensor | None:
+        """The SDPA mask: [B, 1, T, S] with block-causal attention (the queries: ``q_index`` [B, T], else the
+        forward's), else [B, 1, S, S] from ``pair_mask`` (and the key mask), else [B, 1, 1, S], or None."""
+        if self.key_blocks is not None:
+            return self._block_mask(q_index)
         if self.pair_mask is None:
             return None if self.key_mask is None else self.key_mask[:, None, None, :]
         mask = self.pair_mask if self.key_mask is None else self.pair_mask & self.key_mask[:, None, :]
+        return mask[:, None]
+
+    def _block_mask(self, q_index: torch.Tensor | None) -> torch.Tensor:
+        index = self.index if q_index is None else q_index
+        if index is None:
+            q_blocks = self.key_blocks[:, self.start : self.start + self.length]
+        else:
+            q_blocks = self.key_blocks.gather(1, index)
+        mask = block_causal_mask(q_blocks, self.key_blocks)
+        if self.pair_mask is not None:
+            mask = mask & self.pair_mask
+        if self.key_mask is not None:
+            mask = mask & self.key_mask[:, None, :]
         return mask[:, None]
 
     def query_rope(self, index: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -145,7 +168,8 @@ class Block(nn.Module):
         q = apply_rope(q, q_cos, q_sin)
         if not keys_rotated:
             k = apply_rope(k, ctx.cos, ctx.sin)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=ctx.attention_mask(), enable_gqa=self.n_kv_heads != self.n_heads)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=ctx.attention_mask(q_index),
+                                             enable_gqa=self.n_kv_heads != self.n_heads)
         b, _, t, _ = out.shape
         return self.o_proj(out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
 
@@ -190,6 +214,8 @@ class DiffusionLM(nn.Module):
         self.tokenizer: Any = None  # set by load_model
         self._rope_memo: tuple[torch.Tensor, torch.Tensor, torch.Tensor, bool] | None = None
         speak_dense_names(self)
+        if config.tie_embeddings:
+            tie_head(self)
 
     @property
     def device(self) -> torch.device:
@@ -211,6 +237,8 @@ class DiffusionLM(nn.Module):
         logits_at: tuple[torch.Tensor, torch.Tensor] | None = None,
         query_positions: torch.Tensor | None = None,
         query_key_mask: torch.Tensor | None = None,
+        block_anchor: torch.Tensor | int | None = None,
+        raw_logits: bool = False,
     ) -> torch.Tensor:
         """Logits [B, T, V] for ``input_ids`` [B, T] placed at canvas positions ``[start, start + T)``.
 
@@ -222,20 +250,27 @@ class DiffusionLM(nn.Module):
         each query attends, on top of ``attention_mask`` (WINO's shadow block).
         ``query_positions`` [B, T] (ascending per row, a filled cache holding the rest): ``input_ids`` are the
         tokens at those canvas positions, one set per row, instead of a span (see :meth:`_forward_at`).
+        ``block_anchor`` ([B] or int, position-id units): where generated blocks start under an anchored block grid
+        (the prompt's length; see :mod:`.blocks`); block-causal attention comes from the config.
+        ``raw_logits``: a shifted model's logits at i from its own state i (its prediction of token i + 1, as its
+        model file returns them), not shifted back; no position before the span is run.
         """
         if logits_range is not None and logits_at is not None:
             raise ValueError("give logits_range or logits_at, not both")
         if query_key_mask is not None and (cache is not None or query_key_mask.shape[1:] != (t := input_ids.shape[1], t)):
             raise ValueError(f"query_key_mask needs no cache and shape [B, T, T], got {tuple(query_key_mask.shape)}")
         if query_positions is not None:
+            if raw_logits:
+                raise ValueError("raw_logits is a span forward's option, not query_positions'")
             return self._forward_at(input_ids, query_positions, attention_mask, position_ids, cache, embed_override,
-                                    logits_range, logits_at)
+                                    logits_range, logits_at, block_anchor)
         b, t = input_ids.shape
         s = self._canvas_length(t, start, attention_mask, cache)
         if start < 0 or start + t > s:
             raise ValueError(f"span [{start}, {start + t}) is outside the canvas of length {s}")
         # Dream's logits at i come from hidden state i-1: for a span starting at start > 0 also run start-1.
-        q_lo = start - 1 if (self.config.shift_logits and start > 0) else start
+        shift = self.config.shift_logits and not raw_logits
+        q_lo = start - 1 if (shift and start > 0) else start
         if q_lo < start:
             input_ids = torch.cat([cache.token_ids(q_lo, start), input_ids], dim=1)
         if attention_mask is not None:
@@ -247,7 +282,8 @@ class DiffusionLM(nn.Module):
             position_ids = torch.arange(s, device=input_ids.device).expand(b, s)
         cos, sin = self._rope_tables(position_ids, arange)
         ctx = LayerContext(cos=cos, sin=sin, key_mask=attention_mask, start=q_lo, length=start + t - q_lo,
-                           pair_mask=None if query_key_mask is None else query_key_mask.to(input_ids.device).bool())
+                           pair_mask=None if query_key_mask is None else query_key_mask.to(input_ids.device).bool(),
+                           key_blocks=self._key_blocks(position_ids, block_anchor))
 
         h = self.embed(input_ids)
         if embed_override is not None:
@@ -259,11 +295,11 @@ class DiffusionLM(nn.Module):
         for i, block in enumerate(self.layers):
             h = block(h, ctx) if cache is None else cache.run_layer(i, block, h, ctx)
 
-        return self._logits(h, q_lo, start, start + t, attention_mask, logits_range, logits_at)
+        return self._logits(h, q_lo, start, start + t, attention_mask, logits_range, logits_at, shift)
 
     def _logits(self, h: torch.Tensor, q_lo: int, lo: int, hi: int, attention_mask: torch.Tensor | None,
-                logits_range: tuple[int, int] | None, logits_at: tuple[torch.Tensor, torch.Tensor] | None
-                ) -> torch.Tensor:
+                logits_range: tuple[int, int] | None, logits_at: tuple[torch.Tensor, torch.Tensor] | None,
+                shift: bool = True) -> torch.Tensor:
         """The LM head where the caller asked, by one path: (row, position) pairs -> the hidden states that
         predict them (Dream's shift) -> :meth:`head`. [n, V] for ``logits_at``, else [B, b - a, V] over
         ``logits_range`` = (a, b) (default the span [lo, hi)); ``h`` holds the states of positions q_lo .. hi - 1."""
@@ -281,7 +317,7 @@ class DiffusionLM(nn.Module):
                 raise ValueError(f"logits_range {logits_range} is not inside the span [{lo}, {hi})")
             rows = torch.arange(h.shape[0], device=h.device).repeat_interleave(b - a)
             pos = torch.arange(a, b, device=h.device).repeat(h.shape[0])
-        src = self._sources(rows, pos, attention_mask) if self.config.shift_logits else pos
+        src = self._sources(rows, pos, attention_mask) if self.config.shift_logits and shift else pos
         logits = self.head(h[rows, src - q_lo])
         return logits if logits_at is not None else logits.view(h.shape[0], b - a, logits.shape[-1])
 
@@ -294,8 +330,8 @@ class DiffusionLM(nn.Module):
         return self.lm_head(self.norm(states))[:n]
 
     def _forward_at(self, input_ids: torch.Tensor, query: torch.Tensor, attention_mask: torch.Tensor | None,
-                    position_ids: torch.Tensor | None, cache: Any, embed_override, logits_range, logits_at
-                    ) -> torch.Tensor:
+                    position_ids: torch.Tensor | None, cache: Any, embed_override, logits_range, logits_at,
+                    block_anchor: torch.Tensor | int | None = None) -> torch.Tensor:
         """A forward whose queries are per-row canvas positions ``query`` [B, Q] (ascending in each row).
 
         Keys and values of the other positions come from ``cache``. Logits: at ``logits_at`` pairs ([n, V]; each
@@ -318,7 +354,8 @@ class DiffusionLM(nn.Module):
         if arange:
             position_ids = torch.arange(s, device=input_ids.device).expand(b, s)
         cos, sin = self._rope_tables(position_ids, arange)
-        ctx = LayerContext(cos=cos, sin=sin, key_mask=attention_mask, start=0, length=t, index=query)
+        ctx = LayerContext(cos=cos, sin=sin, key_mask=attention_mask, start=0, length=t, index=query,
+                           key_blocks=self._key_blocks(position_ids, block_anchor))
         h = self.embed(input_ids)
         if embed_override is not None:
             where, embeds = embed_override
@@ -347,6 +384,15 @@ class DiffusionLM(nn.Module):
         out = self.head(h[rows, column])
         return out if logits_at is not None else out.view(b, t, -1)
 
+    def _key_blocks(self, position_ids: torch.Tensor, block_anchor: torch.Tensor | int | None) -> torch.Tensor | None:
+        """Block ids [B, S] of the canvas under block-causal attention (None: full attention)."""
+        cfg = self.config
+        if cfg.attention == "full":
+            if block_anchor is not None:
+                raise ValueError("block_anchor is for block-causal attention; this model attends fully")
+            return None
+        return block_ids(position_ids, cfg.block_size, cfg.block_grid, block_anchor)
+
     def _rope_tables(self, position_ids: torch.Tensor, arange: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """cos/sin for ``position_ids`` in the rotation's dtype (float32 with ``rope_full_precision``, else the
         model's), reused while the positions repeat (every step of one decode).
@@ -361,7 +407,7 @@ class DiffusionLM(nn.Module):
                 return memo[1], memo[2]
             if not arange and not memo[3] and host_reads_free(position_ids.device) and torch.equal(memo[0], position_ids):
                 return memo[1], memo[2]
-        cos, sin = rope_cos_sin(position_ids, self.config.head_dim, self.config.rope_theta, dtype)
+        cos, sin = rope_cos_sin(position_ids, self.config.rotary_dim, self.config.rope_theta, dtype)
         self._rope_memo = (position_ids if arange else position_ids.clone(), cos, sin, arange)
         return cos, sin
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from .architectures import architecture_of
 from .config import ModelConfig
 from .moe import MoEConfig, MoEDiffusionLM, is_moe_config
 from .network import DiffusionLM
@@ -17,18 +18,24 @@ from .network import DiffusionLM
 
 def random_network(raw: dict[str, Any], name: str, device: torch.device, dtype: torch.dtype,
                    seed: int = 0) -> DiffusionLM:
-    """``DiffusionLM`` (``MoEDiffusionLM`` for a LLaDA-MoE config) for the HF-style config ``raw``: matrices
+    """``DiffusionLM`` (``MoEDiffusionLM`` for a LLaDA-MoE config, the architectures' network for Fast-dLLM v2, SDAR
+    and LLaDA2) for the HF-style config ``raw``: matrices
     N(0, 0.02), norm weights 1, biases 0 (and expert biases 0).
 
     Built on ``device`` after ``torch.manual_seed(seed)``: the weights depend only on config, seed, device
     and dtype, and on the CPU on ATen's kernel width: float32 ``normal_`` draws other values under
     ``ATEN_CPU_CAPABILITY=default`` than under avx2/avx512 (docs/decoding.md, "The same decode on every CPU").
     """
-    moe = is_moe_config(raw)
-    cfg = (MoEConfig if moe else ModelConfig).from_hf_config(raw, name_or_path=name)
+    arch = architecture_of(raw)  # block diffusion and LLaDA2 networks, by their architectures
+    moe = arch is None and is_moe_config(raw)
+    if arch is not None:
+        cfg, build = arch.parse(raw, name), arch.network
+    else:
+        cfg = (MoEConfig if moe else ModelConfig).from_hf_config(raw, name_or_path=name)
+        build = MoEDiffusionLM if moe else DiffusionLM
     torch.manual_seed(seed)
     with torch.device(device):
-        model = (MoEDiffusionLM(cfg) if moe else DiffusionLM(cfg)).to(dtype)
+        model = build(cfg).to(dtype)
     with torch.no_grad():
         for param_name, p in model.named_parameters():
             if p.dim() > 1:

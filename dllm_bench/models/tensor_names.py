@@ -37,6 +37,8 @@ _LAYER_NAMES = {
         "v_proj.weight": "model.layers.{i}.self_attn.v_proj.weight",
         "v_proj.bias": "model.layers.{i}.self_attn.v_proj.bias",
         "o_proj.weight": "model.layers.{i}.self_attn.o_proj.weight",
+        "q_norm.weight": "model.layers.{i}.self_attn.q_norm.weight",  # Qwen3 (SDAR)
+        "k_norm.weight": "model.layers.{i}.self_attn.k_norm.weight",
         "ffn_norm.weight": "model.layers.{i}.post_attention_layernorm.weight",
         "gate_proj.weight": "model.layers.{i}.mlp.gate_proj.weight",
         "up_proj.weight": "model.layers.{i}.mlp.up_proj.weight",

@@ -57,6 +57,12 @@ SPECIAL_TOKENS = {
         "extra": ["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
     },
     "dream": {"bos": "<|beginoftext|>", "eos": "<|endoftext|>", "mask": "<|mask|>", "extra": ["<|im_start|>", "<|im_end|>"]},
+    # block diffusion (tiny_blocks.py): each model's mask string; Qwen's end-of-turn; LLaDA2's role tokens
+    "fast_dllm_v2": {"bos": "<|beginoftext|>", "eos": "<|endoftext|>", "mask": "|<MASK>|",
+                     "extra": ["<|im_start|>", "<|im_end|>"]},
+    "sdar": {"bos": "<|beginoftext|>", "eos": "<|endoftext|>", "mask": "<|MASK|>", "extra": ["<|im_start|>", "<|im_end|>"]},
+    "llada2": {"bos": "<|startoftext|>", "eos": "<|endoftext|>", "mask": "<|mask|>",
+               "extra": ["<role>", "</role>", "<|role_end|>"]},
 }
 UNK_TOKEN = "<|unk|>"
 DEFAULT_CHARS = string.printable  # digits, letters, punctuation, whitespace

@@ -50,7 +50,7 @@ def test_cached_loops_equal_ours_plus_one_forward_per_block_filled_at_once(index
                                build_rule("entropy_threshold", threshold=setting["threshold"]),
                                build_cache(setting["loop"])), Sampling(), accounting=Accounting(trace=True))
     rows = setting["puzzles"] if full else setting["puzzles"][:DEFAULT_PUZZLES]
-    exact = same_machine(GOLDEN["machine"])
+    exact = same_machine("dparallel_cached_published.json")
     compared = 0
     for sample_id, answer, nfe in rows:
         with torch.no_grad():

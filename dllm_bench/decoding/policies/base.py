@@ -111,6 +111,9 @@ class PolicyBase:
     name: ClassVar[str] = ""
     # the model flavours (llada, dream) its published loop runs on (the runner refuses others)
     flavours: ClassVar[tuple[str, ...]] = ("llada", "dream")
+    # host reads per decoding step at batch 1 its loop stays within (scripts/count_syncs.py,
+    # tests/decoding/test_sync_budget.py); above the engine's 3 where its own loop reads more
+    sync_budget: ClassVar[int] = 3
 
     @property
     def measure(self) -> str | None:

@@ -40,6 +40,7 @@ class DPadPolicy(BlockPolicy):
     early_termination: bool = True
     rng: str = "row"
     name: ClassVar[str] = "dpad"
+    sync_budget: ClassVar[int] = 4  # gen 32, block 8, batch 1: 32 reads over 8 steps, a Python value made into a tensor each step
     flavours: ClassVar[tuple[str, ...]] = ("llada",)
     caches: ClassVar[tuple[str, ...]] = ("none", "prefix", "dual")  # its published loops
 

@@ -38,6 +38,7 @@ class DreamPolicy(PolicyBase):
     alg: str = "maskgit_plus"
     eps: float = 1e-3
     name: ClassVar[str] = "dream"
+    sync_budget: ClassVar[int] = 5  # its schedule reads more than the engine (scripts/count_syncs.py measures it)
     flavours: ClassVar[tuple[str, ...]] = ("dream",)
 
     @property

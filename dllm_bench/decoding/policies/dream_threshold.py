@@ -45,6 +45,7 @@ class DreamThresholdPolicy(PolicyBase):
     steps: int | None  # required: None is refused by ``check`` (the config's null means "give it")
     tau: float = 0.9
     name: ClassVar[str] = "dream_threshold"
+    sync_budget: ClassVar[int] = 5  # its slot budget reads more than the engine (scripts/count_syncs.py measures it)
     flavours: ClassVar[tuple[str, ...]] = ("dream",)
     measure: ClassVar[str] = "top1_prob"
 

@@ -68,6 +68,7 @@ class SlowFastPolicy(PolicyBase):
     variant: str = "llada"
     truncate_fast: bool = False
     name: ClassVar[str] = "slowfast"
+    sync_budget: ClassVar[int] = 5  # its phases read more than the engine (scripts/count_syncs.py measures it)
 
     @classmethod
     def prepare(cls, params: dict[str, Any]) -> dict[str, Any]:

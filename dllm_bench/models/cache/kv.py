@@ -109,6 +109,8 @@ class QueriesFirstKVCache(KVCache):
         order = self._order
         if order is None:
             return super().run_layer(i, block, h, ctx)
+        if ctx.key_blocks is not None:
+            raise RuntimeError("dKV-Cache's key order is for full attention; this model attends block-causally")
         if ctx.key_mask is not None:
             ctx = replace(ctx, key_mask=ctx.key_mask.gather(1, order))
 
