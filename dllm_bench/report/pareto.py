@@ -204,7 +204,7 @@ def place_labels(ax, items: list[tuple[float, float, str]]) -> None:
     ax.set_autoscale_on(False)  # leaders drawn below must not move the axes under placed labels
     texts = [ax.text(x, y, text, fontsize=LABEL_FONTSIZE) for x, y, text in items]
     adjust_text(texts, x=[x for x, _, _ in items], y=[y for _, y, _ in items], ax=ax, ensure_inside_axes=True,
-                expand=(1.15, 1.3))
+                expand=(1.15, 1.3), iter_lim=300)  # a fixed count, not its 1 s default: same bytes each build
     renderer = ax.figure.canvas.get_renderer()
     inside = ax.get_window_extent(renderer)
     placed = []
