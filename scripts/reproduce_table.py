@@ -39,7 +39,7 @@ from dllm_bench.report.estimate import (  # noqa: E402
     timing_share,
 )
 from dllm_bench.report.memory import memory_report  # noqa: E402
-from dllm_bench.report.pareto import plot_frontiers, published_points, run_points  # noqa: E402
+from dllm_bench.report.pareto import plot_frontiers, plot_title, published_points, run_points  # noqa: E402
 from dllm_bench.report.profile import TraceGroup, analyse_group, plot_profile, profile_markdown  # noqa: E402
 from dllm_bench.report.render import settings_short, write_table  # noqa: E402
 from dllm_bench.report.runs import compose_config, find_runs_csv, override_list, read_runs  # noqa: E402
@@ -282,7 +282,7 @@ def write_frontiers(spec: TableSpec, results: list[CellResult], results_dir: Pat
                      and r.cell.overrides.get("task") == task]
         stem = plots / (f"{spec.name}_pareto" if runs["task.name"].nunique() == 1 else f"{spec.name}_{task}_pareto")
         written = plot_frontiers(run_points(group), stem, published_points(published) or None,
-                                 title=f"{spec.title} ({task}; {settings_short(results)})")
+                                 title=plot_title(spec.title, task, settings_short(results)))
         print(f"[{spec.name}] Pareto plot -> {written[0]}", flush=True)
 
 

@@ -10,7 +10,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dllm_bench.report.pareto import PARAM_LABELS, dominating, pareto_front, run_points, save_figure
+from dllm_bench.report.pareto import (
+    PARAM_LABELS,
+    dominating,
+    method_colours,
+    pareto_front,
+    run_points,
+    save_figure,
+    wrapped_title,
+)
 
 STORAGE_FILE = "search.db"
 # d3LLM's AUP constants (AUP_leaderboard/aup_utils.py): the quality weight's penalty and the accuracy window
@@ -122,7 +130,7 @@ def summarise_fronts(studies: list[Study], runs: pd.DataFrame) -> tuple[pd.DataF
         summary.append({
             "search": study.search, "kind": study.kind, "study": study.name, "runs": len(p),
             "front_runs": len(front), "n": int(p["n"].max()),
-            "best_accuracy": float(p["accuracy"].max()), "least_nfe": float(p["nfe_mean"].min()),
+            **_extremes(p),
             "hypervolume": hypervolume(p["accuracy"].to_numpy() / 100.0, p["nfe_mean"].to_numpy(), ref),
             "ref_nfe": ref,
             "aup": aup(p["tokens_per_forward"].to_numpy()[tpf_idx], p["accuracy"].to_numpy()[tpf_idx], y_max),
@@ -136,10 +144,20 @@ def summarise_fronts(studies: list[Study], runs: pd.DataFrame) -> tuple[pd.DataF
     return pd.DataFrame(summary), pd.DataFrame(fronts)
 
 
+def _extremes(p: pd.DataFrame) -> dict[str, float]:
+    """The most accurate run (fewest NFE among ties) and the fewest-NFE run (most accurate among ties), each with
+    its own other coordinate: a summary line never pairs numbers of two runs."""
+    best = p.sort_values(["accuracy", "nfe_mean"], ascending=[False, True]).iloc[0]
+    cheapest = p.sort_values(["nfe_mean", "accuracy"], ascending=[True, False]).iloc[0]
+    return {"best_accuracy": float(best["accuracy"]), "best_accuracy_nfe": float(best["nfe_mean"]),
+            "least_nfe": float(cheapest["nfe_mean"]), "least_nfe_accuracy": float(cheapest["accuracy"])}
+
+
 def outside_runs(studies: list[Study], runs: pd.DataFrame) -> pd.DataFrame:
     """The folder's runs that no study holds (e.g. a paper's fixed setting run beside the searches), each with the
-    searched runs of its own method that dominate it (at least as accurate, at most as many NFE, better in one):
-    an empty `dominated_by` means no searched run beats the fixed setting."""
+    searched runs of its own method that dominate it beyond its 95 % interval (at most as many NFE, accuracy above
+    the interval's top): `dominated_by`; and `within_interval_of`: the searched runs that beat it on the point
+    estimates but whose accuracy lies inside its interval (a tie the documents cannot separate, not dominance)."""
     in_studies = {t["run_id"] for s in studies for t in s.trials}
     sub = runs[~runs["run_id"].isin(in_studies)].reset_index(drop=True)
     if sub.empty:
@@ -152,16 +170,23 @@ def outside_runs(studies: list[Study], runs: pd.DataFrame) -> pd.DataFrame:
         p = study_points(study, runs)
         if study.kind == "search" and not p.empty:
             searched.setdefault(p["method"].iloc[0], []).append(p)
-    beaten = []
+    beaten, tied = [], []
     for _, row in points.iterrows():
         rivals = pd.concat(searched.get(row["method"], [pd.DataFrame(columns=["accuracy", "nfe_mean", "params"])]))
         better = rivals[dominating(rivals["nfe_mean"].to_numpy(), rivals["accuracy"].to_numpy(), row["nfe_mean"],
                                    row["accuracy"], larger_x_better=False)]
-        beaten.append("; ".join(f"{r['params']} ({r['accuracy']:.1f} %, NFE {r['nfe_mean']:.2f})"
-                                for _, r in better.sort_values("nfe_mean").iterrows()))
+        beyond = better["accuracy"] > row["ci_high"] if not np.isnan(row["ci_high"]) else better["accuracy"] > -1
+        beaten.append(_rival_list(better[beyond]))
+        tied.append(_rival_list(better[~beyond]))
     points["dominated_by"] = beaten
+    points["within_interval_of"] = tied
     points["searched"] = [row["method"] in searched for _, row in points.iterrows()]
     return points
+
+
+def _rival_list(rivals: pd.DataFrame) -> str:
+    return "; ".join(f"{r['params']} ({r['accuracy']:.1f} %, NFE {r['nfe_mean']:.2f})"
+                     for _, r in rivals.sort_values("nfe_mean").iterrows())
 
 
 def _setting(row: pd.Series) -> str:
@@ -179,19 +204,28 @@ def markdown(summary: pd.DataFrame, fronts: pd.DataFrame, title: str, outside: p
              "Hypervolume: share of the (accuracy, 1 - NFE/ref) unit square the runs dominate, reference point "
              "(accuracy 0, NFE = ref = gen_length, one token per forward); the mean over NFE budgets of the best "
              "accuracy within budget. AUP: d3LLM's Accuracy Under Parallelism over the runs' (tokens/forward, "
-             f"accuracy %) front, alpha {AUP_ALPHA:g}, window {AUP_WINDOW:g} points, y_max = best accuracy here.", "",
-             "| search | kind | runs | front | n | best acc % | least NFE | hypervolume | AUP |",
+             f"accuracy %) front, alpha {AUP_ALPHA:g}, window {AUP_WINDOW:g} points, y_max = best accuracy here. "
+             "Most accurate run and fewest-NFE run: each a single run, its accuracy and NFE side by side "
+             "(ties: the fewer NFE, the higher accuracy).", "",
+             "| search | kind | runs | front | n | most accurate run: acc % @ NFE | fewest-NFE run: NFE @ acc % "
+             "| hypervolume | AUP |",
              "|---|---|---|---|---|---|---|---|---|"]
     order = summary.assign(grid=summary["kind"] == "grid").sort_values(["search", "grid"])
     for _, r in order.iterrows():
         lines.append(f"| {r['search']} | {r['kind']} | {r['runs']} | {r['front_runs']} | {r['n']} | "
-                     f"{r['best_accuracy']:.1f} | {r['least_nfe']:.2f} | {r['hypervolume']:.5f} | {r['aup']:.1f} |")
+                     f"{r['best_accuracy']:.1f} @ {r['best_accuracy_nfe']:.2f} | "
+                     f"{r['least_nfe']:.2f} @ {r['least_nfe_accuracy']:.1f} | {r['hypervolume']:.5f} | {r['aup']:.1f} |")
     if outside is not None and not outside.empty:
         lines += ["", "## Runs outside the studies (fixed settings), against their method's searched front", "",
+                  "Dominated: a searched run with at most its NFE and an accuracy above its 95 % interval. A "
+                  "searched run that is better on the point estimates but inside that interval is a tie, listed "
+                  "as such.", "",
                   "| method | setting | accuracy % [95 % Wilson] | NFE | dominated by (searched runs) |",
                   "|---|---|---|---|---|"]
         for _, r in outside.sort_values(["method", "nfe_mean"]).iterrows():
-            verdict = r["dominated_by"] or ("none: on the front" if r["searched"] else "(no search of this method)")
+            tie = r.get("within_interval_of", "")
+            verdict = r["dominated_by"] or (f"none (within its interval: {tie})" if tie else
+                                            "none: on the front" if r["searched"] else "(no search of this method)")
             lines.append(f"| {r['method']} | {r['setting']} | {r['accuracy']:.1f} [{r['ci_low']:.1f}, "
                          f"{r['ci_high']:.1f}] | {r['nfe_mean']:.2f} | {verdict} |")
     for (search, _, kind), group in fronts.groupby([fronts["search"], fronts["kind"] == "grid", fronts["kind"]]):
@@ -214,7 +248,7 @@ def frontier_figure(studies: list[Study], runs: pd.DataFrame, title: str, outsid
     from matplotlib.lines import Line2D
 
     searches = sorted({s.search for s in studies})
-    colours = {name: plt.get_cmap("tab10")(i % 10) for i, name in enumerate(searches)}
+    colours = method_colours(searches)
     fig, axes = plt.subplots(1, 2, figsize=(12, 5))
     every = pd.concat([study_points(s, runs) for s in studies])
     floor = max(0.0, float(every["accuracy"].max()) - ZOOM_POINTS)
@@ -260,8 +294,9 @@ def frontier_figure(studies: list[Study], runs: pd.DataFrame, title: str, outsid
         handles.append(Line2D([], [], color="grey", marker="*", mec="black", ms=10, ls="none",
                               label="fixed setting (outside the studies)"))
     fig.legend(handles=handles, loc="lower center", ncol=min(8, len(handles)), fontsize=8)
-    fig.suptitle(title)
-    fig.tight_layout(rect=(0, 0.07, 1, 0.95))
+    heading = wrapped_title(title, fig, 11)
+    fig.suptitle(heading, fontsize=11)
+    fig.tight_layout(rect=(0, 0.07, 1, 1 - (0.25 + 0.2 * (heading.count("\n") + 1)) / fig.get_figheight()))
     return fig
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,6 +86,7 @@ def run_points(runs: pd.DataFrame) -> pd.DataFrame:
     missing = [c for c in needed if c not in runs.columns]
     if missing:
         raise ValueError(f"runs lack columns {missing}; expected the runner's runs.csv schema (docs/runner.md)")
+    runs = one_point_per_generation(runs)
     n = _number_column(runs, "n_samples")
     low, high = _number_column(runs, "accuracy_ci_low"), _number_column(runs, "accuracy_ci_high")
     correct = _number_column(runs, "n_correct").fillna(pd.to_numeric(runs["accuracy"]) * n)
@@ -108,6 +110,7 @@ def run_points(runs: pd.DataFrame) -> pd.DataFrame:
         value = row.get(column, "") if column else ""
         labels.append(f"{symbol}={float(value):g}" if column and str(value) not in ("", "nan") else "")
     out["label"] = labels
+    out["model"] = [model_name(p) for p in runs["model.name_or_path"]] if "model.name_or_path" in runs else ""
     return out
 
 
@@ -141,34 +144,103 @@ def published_points(rows: list[PublishedRow]) -> list[PublishedPoint]:
     return points
 
 
-CACHE_MARKERS = {"none": "o", "prefix": "s", "dual": "D", "dllm": "^"}
-# candidate label offsets (points) around a point, nearest first: the first that overlaps nothing is taken
-LABEL_OFFSETS = [(dx * r, dy * r) for r in (1, 2, 3, 4) for dx, dy in
-                 ((4, 3), (4, -9), (-4, 3), (-4, -9), (0, 9), (0, -15), (10, -3), (-10, -3))]
+# markers in the order caches take them (sorted registry names, "none" first): filled shapes that read apart at 6 pt
+# ("P" is the published points' marker)
+MARKER_CYCLE = ("o", "s", "D", "^", "v", "X", "p", "h", "<", ">", "d", "H", "8", "*")
+LABEL_FONTSIZE = 7
+
+
+def cache_markers() -> dict[str, str]:
+    """One marker per cache of the registry (`dllm_bench.decoding.caches.CACHES`), "none" the circle."""
+    from dllm_bench.decoding.caches import CACHES
+
+    names = ["none", *sorted(n for n in CACHES if n != "none")]
+    if len(names) > len(MARKER_CYCLE):
+        raise ValueError(f"{len(names)} caches but {len(MARKER_CYCLE)} markers: extend MARKER_CYCLE")
+    return dict(zip(names, MARKER_CYCLE))
+
+
+def method_colours(methods: list[str]) -> dict[str, tuple]:
+    """A distinct colour per method: tab10 up to 10 methods, tab20 up to 20, evenly spaced hues beyond."""
+    import matplotlib.pyplot as plt
+
+    n = len(methods)
+    if n <= 10:
+        palette = [plt.get_cmap("tab10")(i) for i in range(n)]
+    elif n <= 20:
+        palette = [plt.get_cmap("tab20")(i) for i in range(n)]
+    else:
+        palette = [plt.get_cmap("hsv")(i / n) for i in range(n)]
+    return dict(zip(methods, palette))
+
+
+def one_point_per_generation(runs: pd.DataFrame) -> pd.DataFrame:
+    """Drop rescored copies of a run (runs.csv `generation_run_id`: same generation, other scoring) where another
+    row of the same generation is present: its timing is the generation's, so a second point would repeat it.
+    Kept: the row scored in the frame's most common `task.scoring` mode (the table's), else the generation's own."""
+    if "generation_run_id" not in runs.columns or runs.empty:
+        return runs
+    generation = runs["generation_run_id"].astype(str).replace({"": None, "nan": None}).fillna(runs["run_id"])
+    scoring = runs["task.scoring"].astype(str) if "task.scoring" in runs.columns else pd.Series("", index=runs.index)
+    usual = scoring.mode().iloc[0] if len(scoring) else ""
+    rank = (scoring != usual).astype(int) * 2 + (generation != runs["run_id"]).astype(int)
+    keep = rank.groupby(generation).idxmin()
+    return runs.loc[sorted(keep)]
+
+
+def model_name(path: str) -> str:
+    """`tiny_llada` from `<dllm_bench>/tiny/checkpoints/tiny_llada` or a hub id's last part."""
+    return str(path).rstrip("/").rsplit("/", 1)[-1] or str(path)
 
 
 def place_labels(ax, items: list[tuple[float, float, str]]) -> None:
-    """Annotate (x, y, text) points so that no label overlaps another label or a drawn point.
+    """Annotate (x, y, text) points with adjustText (labels pushed off each other and off the points, inside the
+    axes); a label that still overlaps a placed one or leaves the axes is dropped, so none ever overlap.
+    Call after the figure's layout is final (positions are measured on the canvas)."""
+    if not items:
+        return
+    from adjustText import adjust_text
 
-    Greedy: each label takes the nearest free candidate offset; one that finds none gets a leader line at the
-    farthest offset. Call after the figure's layout is final (positions are measured on the canvas)."""
+    ax.set_autoscale_on(False)  # leaders drawn below must not move the axes under placed labels
+    texts = [ax.text(x, y, text, fontsize=LABEL_FONTSIZE) for x, y, text in items]
+    adjust_text(texts, x=[x for x, _, _ in items], y=[y for _, y, _ in items], ax=ax, ensure_inside_axes=True,
+                expand=(1.15, 1.3), iter_lim=300)  # a fixed count, not its 1 s default: same bytes each build
     renderer = ax.figure.canvas.get_renderer()
-    to_display = ax.transData.transform
-    from matplotlib.transforms import Bbox
+    inside = ax.get_window_extent(renderer)
+    placed = []
+    for text, (x, y, _) in zip(texts, items):
+        box = text.get_window_extent(renderer)
+        fits = inside.x0 <= box.x0 and box.x1 <= inside.x1 and inside.y0 <= box.y0 and box.y1 <= inside.y1
+        if not fits or any(box.overlaps(other) for other in placed):
+            text.remove()
+            continue
+        placed.append(box)
+        px, py = ax.transData.transform((x, y))
+        if not box.expanded(1.0, 1.0).contains(px, py) and min(abs(px - box.x0), abs(px - box.x1)) > 6:
+            # a leader from the point to the label's nearest side; drawn under the labels and outside text lists
+            side_x = box.x0 if abs(px - box.x0) < abs(px - box.x1) else box.x1
+            end = ax.transData.inverted().transform((side_x, (box.y0 + box.y1) / 2))
+            ax.plot([x, end[0]], [y, end[1]], color="grey", lw=0.5, zorder=1)
 
-    taken = [Bbox.from_extents(px - 4, py - 4, px + 4, py + 4)
-             for px, py in to_display(np.array([(x, y) for x, y, _ in items]).reshape(-1, 2))]
-    for x, y, text in sorted(items, key=lambda item: (-item[1], item[0])):
-        for k, (dx, dy) in enumerate(LABEL_OFFSETS):
-            last = k == len(LABEL_OFFSETS) - 1
-            note = ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=7,
-                               ha="left" if dx >= 0 else "right", va="bottom" if dy >= 0 else "top",
-                               arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "grey"} if last else None)
-            box = note.get_window_extent(renderer).expanded(1.05, 1.15)
-            if last or not any(box.overlaps(other) for other in taken):
-                taken.append(box)
-                break
-            note.remove()
+
+def plot_title(title: str, *parts: str) -> str:
+    """`title (part; part)`, leaving out each comma-separated piece of the parts whose words the title already has."""
+    said = set(re.split(r"[\s/(),:;]+", title.lower()))
+    extra = []
+    for part in parts:
+        pieces = [p.strip() for p in part.split(",")
+                  if p.strip() and not set(re.split(r"[\s/]+", p.strip().lower())) <= said]
+        if pieces:
+            extra.append(", ".join(pieces))
+    return f"{title} ({'; '.join(extra)})" if extra else title
+
+
+def wrapped_title(text: str, fig, fontsize: float) -> str:
+    """`text` broken into lines that fit the figure's width (about 0.55 em per character)."""
+    import textwrap
+
+    width = max(20, int(fig.get_figwidth() * 72 / (0.55 * fontsize)) - 4)
+    return textwrap.fill(text, width)
 
 
 def _n_text(n: pd.Series) -> str:
@@ -189,11 +261,12 @@ def plot_frontiers(
 
 
 def frontier_figure(points: pd.DataFrame, published: list[PublishedPoint] | None = None, title: str = ""):
-    """Three panels (tok/s, tok/forward, NFE) with per-method frontiers, as a matplotlib figure.
+    """Three panels (tok/s, tok/forward, NFE) per model (one row each) with per-method frontiers, as a figure.
 
     Accuracy carries its 95 % Wilson interval; colour = method, marker = cache (one legend entry each); runs
     on fewer documents than the largest are drawn faint with their n in the label; on the tokens/s panel,
-    runs timed on a loaded machine are hollow."""
+    runs timed on a loaded machine are hollow and stay off the method's front (their speed is the load's).
+    Labels name the rule parameter of each front point and of each faint point."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -202,67 +275,90 @@ def frontier_figure(points: pd.DataFrame, published: list[PublishedPoint] | None
 
     if points.empty and not published:
         raise ValueError("nothing to plot: no runs and no published points")
+    if "model" not in points.columns:
+        points = points.assign(model="")
+    markers = cache_markers()
+    unknown = sorted(set(points["cache"]) - set(markers))
+    if unknown:
+        raise ValueError(f"caches {unknown} are not in the cache registry; known: {sorted(markers)}")
     methods = sorted(m for m in points["method"].unique() if m != ORACLE)
-    colours = {m: plt.get_cmap("tab10")(i % 10) for i, m in enumerate(methods)} | {ORACLE: "black"}
+    colours = method_colours(methods) | {ORACLE: "black"}
+    models = sorted(points["model"].unique()) or [""]
     full_n = points["n"].max() if points["n"].notna().any() else np.nan
     several_n = points["n"].dropna().nunique() > 1
-    fig, axes = plt.subplots(1, 3, figsize=(16, 5.2))
+    any_loaded = bool((points["loaded"] == True).any())  # noqa: E712 - object column
+    fig, grid = plt.subplots(len(models), 3, figsize=(16, 1.0 + 4.4 * len(models)), squeeze=False)
     labels_per_ax = []
-    for ax, (column, xlabel, larger_better) in zip(axes, AXES.values()):
-        items = []
-        for method in [*methods, ORACLE]:
-            sub = points[points["method"] == method].dropna(subset=[column, "accuracy"])
-            for _, row in sub.iterrows():
-                faint = several_n and row["n"] < full_n
-                hollow = column == "tokens_per_s" and row["loaded"] is True
-                colour = colours[method]
-                if not np.isnan(row["ci_low"]):
-                    below, above = max(0.0, row["accuracy"] - row["ci_low"]), max(0.0, row["ci_high"] - row["accuracy"])
-                    ax.errorbar(row[column], row["accuracy"], yerr=[[below], [above]],
-                                fmt="none", ecolor=colour, elinewidth=0.8, capsize=2, alpha=0.35 if faint else 0.7,
-                                zorder=2)
-                ax.scatter([row[column]], [row["accuracy"]], marker=CACHE_MARKERS.get(row["cache"], "o"), s=36,
-                           facecolors="none" if hollow else [colour], edgecolors=[colour],
-                           linewidths=1.2, alpha=0.45 if faint else 1.0, zorder=3)
-                text = row["label"] + (f" n={int(row['n'])}" if faint else "")
-                if text.strip():
-                    items.append((float(row[column]), float(row["accuracy"]), text.strip()))
-            if method == ORACLE:
-                for _, row in sub.iterrows():
-                    ax.axvline(row[column], color="black", ls=":", lw=1, zorder=1)
-            elif len(sub):
-                front = sub.iloc[pareto_front(sub[column].to_numpy(), sub["accuracy"].to_numpy(), larger_better)]
-                front = front.sort_values(column)
-                ax.step(front[column], front["accuracy"], where="post" if larger_better else "pre",
-                        color=colours[method], lw=1.2, alpha=0.8)
-        if published:
-            px = [(getattr(p, column), p.accuracy) for p in published if getattr(p, column) is not None]
-            if px:
-                ax.scatter(*zip(*px), facecolors="none", edgecolors="grey", marker="P", s=70, zorder=2)
-        note = "  (→ better)" if larger_better else "  (← better)"
-        if column == "tokens_per_s" and (points["loaded"] == True).any():  # noqa: E712 - object column
-            note += "\nhollow: timed on a loaded machine (load average > CPUs)"
-        ax.set_xlabel(xlabel + note)
-        ax.set_ylabel("accuracy (%), bars: 95 % Wilson interval")
-        ax.grid(alpha=0.3)
-        labels_per_ax.append(items)
+    for model, axes in zip(models, grid):
+        on_model = points[points["model"] == model]
+        for ax, (column, xlabel, larger_better) in zip(axes, AXES.values()):
+            items = []
+            for method in [*methods, ORACLE]:
+                sub = on_model[on_model["method"] == method].dropna(subset=[column, "accuracy"])
+                loaded = (sub["loaded"] == True) if column == "tokens_per_s" else sub["loaded"].map(lambda _: False)  # noqa: E712
+                for (_, row), hollow in zip(sub.iterrows(), loaded):
+                    faint = several_n and row["n"] < full_n
+                    colour = colours[method]
+                    if not np.isnan(row["ci_low"]):
+                        below = max(0.0, row["accuracy"] - row["ci_low"])
+                        above = max(0.0, row["ci_high"] - row["accuracy"])
+                        ax.errorbar(row[column], row["accuracy"], yerr=[[below], [above]], fmt="none", ecolor=colour,
+                                    elinewidth=0.8, capsize=2, alpha=0.35 if faint else 0.7, zorder=2)
+                    ax.scatter([row[column]], [row["accuracy"]], marker=markers[row["cache"]], s=36,
+                               facecolors="none" if hollow else [colour], edgecolors=[colour],
+                               linewidths=1.2, alpha=0.45 if faint else 1.0, zorder=3)
+                if method == ORACLE:
+                    for _, row in sub.iterrows():
+                        ax.axvline(row[column], color="black", ls=":", lw=1, zorder=1)
+                    continue
+                timed = sub[~loaded.to_numpy(dtype=bool)]
+                if len(timed):
+                    front = timed.iloc[pareto_front(timed[column].to_numpy(), timed["accuracy"].to_numpy(),
+                                                    larger_better)].sort_values(column)
+                    ax.step(front[column], front["accuracy"], where="post" if larger_better else "pre",
+                            color=colours[method], lw=1.2, alpha=0.8)
+                    partial = timed[timed["n"] < full_n] if several_n else timed.iloc[:0]
+                    for _, row in pd.concat([front, partial.drop(index=front.index, errors="ignore")]).iterrows():
+                        faint = several_n and row["n"] < full_n
+                        text = (row["label"] + (f" n={int(row['n'])}" if faint else "")).strip()
+                        if text:
+                            items.append((float(row[column]), float(row["accuracy"]), text))
+            if published:
+                px = [(getattr(p, column), p.accuracy) for p in published if getattr(p, column) is not None]
+                if px:
+                    ax.scatter(*zip(*px), facecolors="none", edgecolors="grey", marker="P", s=70, zorder=2)
+            ax.set_xlabel(xlabel + ("  (→ better)" if larger_better else "  (← better)"))
+            ax.set_ylabel("accuracy (%)")
+            if model:
+                ax.set_title(model, fontsize=9)
+            ax.grid(alpha=0.3)
+            labels_per_ax.append((ax, items))
     handles = [Line2D([], [], color=colours[m], marker="o", lw=1.2, label=m) for m in methods]
     if (points["method"] == ORACLE).any():
         handles.append(Line2D([], [], color="black", marker="o", ls=":", lw=1,
                               label="oracle: a bound (reference decode untimed), not a method"))
-    for cache in [c for c in CACHE_MARKERS if c in set(points["cache"])]:
-        handles.append(Line2D([], [], color="grey", marker=CACHE_MARKERS[cache], ls="none", label=f"cache {cache}"))
+    for cache in [c for c in markers if c in set(points["cache"])]:
+        handles.append(Line2D([], [], color="grey", marker=markers[cache], ls="none",
+                              label="no cache" if cache == "none" else f"cache {cache}"))
+    if any_loaded:
+        handles.append(Line2D([], [], color="grey", marker="o", markerfacecolor="none", ls="none",
+                              label="hollow (tok/s): timed on a loaded machine, off the front"))
     if published:
         handles.append(Line2D([], [], color="grey", marker="P", markerfacecolor="none", ls="none", label="published"))
     if several_n:
         handles.append(Line2D([], [], color="grey", marker="o", alpha=0.45, ls="none",
                               label=f"faint: n < {int(full_n)} (n in label)"))
-    fig.legend(handles=handles, loc="lower center", ncol=min(10, len(handles)), fontsize=8)
-    heading = "; ".join(t for t in (title, _n_text(points["n"])) if t)
-    if heading:
-        fig.suptitle(heading)
-    fig.tight_layout(rect=(0, 0.08, 1, 0.95))
-    for ax, items in zip(axes, labels_per_ax):
+    ncol = min(6, len(handles))
+    legend_rows = -(-len(handles) // ncol)
+    fig_h = fig.get_figheight()
+    legend_h = (0.3 + 0.22 * legend_rows) / fig_h
+    fig.legend(handles=handles, loc="lower center", ncol=ncol, fontsize=8)
+    heading = "; ".join(t for t in (title, _n_text(points["n"]), "bars: 95 % Wilson interval") if t)
+    wrapped = wrapped_title(heading, fig, 11)
+    fig.suptitle(wrapped, fontsize=11)
+    title_h = (0.25 + 0.2 * (wrapped.count("\n") + 1)) / fig_h
+    fig.tight_layout(rect=(0, legend_h, 1, 1 - title_h))
+    for ax, items in labels_per_ax:
         place_labels(ax, items)
     return fig
 

@@ -38,10 +38,11 @@ class Entry:
     reproduced: float | None
     ndigits: int
     comparable: bool = True  # False: a batched pass's own throughput, never set against the published one
+    loaded: bool = False  # a throughput timed on a loaded machine: the load's speed, not printed or compared
 
     @property
     def delta(self) -> float | None:
-        if self.published is None or self.reproduced is None or not self.comparable:
+        if self.published is None or self.reproduced is None or not self.comparable or self.loaded:
             return None
         return self.reproduced - self.published
 
@@ -62,7 +63,15 @@ def entry(spec: TableSpec, result: CellResult, results: list[CellResult], metric
     published = float(published_text) if published_text else None
     ndigits = decimals(published_text) if published_text else DEFAULT_DECIMALS[metric]
     return Entry(metric, published_text, published, reproduced_value(spec, result, results, metric), ndigits,
-                 comparable(spec, result, results, metric))
+                 comparable(spec, result, results, metric), timed_loaded(spec, result, results, metric))
+
+
+def timed_loaded(spec: TableSpec, result: CellResult, results: list[CellResult], metric: str) -> bool:
+    """Whether a timed metric rests on a run timed on a loaded machine (a speedup: either of its two cells)."""
+    if metric not in TIMED_METRICS:
+        return False
+    involved = [result, reference_result(spec, result, results) if metric == "speedup" else None]
+    return any(r is not None and r.aggregate is not None and bool(r.aggregate.loaded) for r in involved)
 
 
 def comparable(spec: TableSpec, result: CellResult, results: list[CellResult], metric: str) -> bool:
@@ -87,6 +96,8 @@ def mode_mark(spec: TableSpec, result: CellResult, e: Entry) -> str:
 
 def _ours_text(spec: TableSpec, result: CellResult, e: Entry) -> str:
     agg = result.aggregate
+    if e.loaded:  # the number stays in the CSV; the table compares methods, not machine loads
+        return "—‡" + ("†" if result.partial else "") + mode_mark(spec, result, e)
     text = _fmt(e.reproduced, e.ndigits)
     if e.metric == "accuracy" and agg is not None and not math.isnan(agg.accuracy_ci_low):
         text += f" [{_fmt(agg.accuracy_ci_low, e.ndigits)}, {_fmt(agg.accuracy_ci_high, e.ndigits)}]"
@@ -96,8 +107,6 @@ def _ours_text(spec: TableSpec, result: CellResult, e: Entry) -> str:
             text += f" ({mode} {_fmt(other.accuracy, e.ndigits)})"
     if e.metric == "tokens_per_s" and agg is not None and not math.isnan(agg.tokens_per_s_sd):
         text += f" ±{_fmt(agg.tokens_per_s_sd, e.ndigits)}"
-    if e.metric in TIMED_METRICS and agg is not None and agg.loaded:
-        text += "‡"
     if e.metric != "accuracy" and is_bound(result):
         text += BOUND_MARK
     if result.partial:
@@ -215,9 +224,11 @@ def cell_label(r: CellResult) -> str:
     return " / ".join(" ".join(k for k in key if k) for key in (r.cell.row, r.cell.col))
 
 
+LOADED_SHORT = "—‡ = timed on a loaded machine, speed left out (note below)"
 OFFLINE_NOTE = ("Offline machines: add `task.data_dir=<folder with the benchmark's files>` (e.g. "
                 "`../shared/data/gsm8k`) to the commands, and a local `model.name_or_path`.")
-LOADED_NOTE = "‡ = throughput measured on a loaded machine (load average above the CPU count)"
+LOADED_NOTE = ("—‡ = timed on a loaded machine (load average above the CPU count): its Tok/s, latency or speedup "
+               "measure the load, not the method, so the table leaves them out (the .csv keeps them, `loaded` True)")
 
 
 def _values(values: list) -> str:
@@ -252,10 +263,10 @@ def mode_notes(spec: TableSpec, results: list[CellResult]) -> list[str]:
 def _legend(spec: TableSpec) -> str:
     if spec.paper is None:
         return ("Each cell: our value (accuracy with its 95 % Wilson interval; ± = spread over repeats). "
-                "n=… † = run on fewer documents than the task has; " + LOADED_NOTE + "; "
+                "n=… † = run on fewer documents than the task has; " + LOADED_SHORT + "; "
                 "`missing [n]`: no run yet, note n gives the command.")
     return ("Each cell: published / reproduced (reproduced − published). Reproduced accuracy carries its 95 % "
-            "Wilson interval; n=… † = run on fewer documents than the paper; " + LOADED_NOTE + "; `missing [n]`: "
+            "Wilson interval; n=… † = run on fewer documents than the paper; " + LOADED_SHORT + "; `missing [n]`: "
             "no run yet, note n gives the command that fills it; `n/a [n]`: this harness cannot run it (note n "
             "says why); — = not printed.")
 
@@ -272,6 +283,31 @@ def _grid_lines(spec: TableSpec, results: list[CellResult], rows: list, cols: li
                 texts.append("" if r is None else cell_text(spec, r, entry(spec, r, results, metric), numbers.get(id(r))))
             out.append((row, [spec.label_row(row) if i == 0 else "", METRIC_LABELS[metric], *texts]))
     return out
+
+
+def _methods_lines(spec: TableSpec, results: list[CellResult], rows: list, cols: list, by_key: dict,
+                   numbers: dict) -> list[tuple[Any, list[str]]]:
+    """(row, [row label, column label, a text per metric]) per table line: one line per row and cell column."""
+    out = []
+    for row in rows:
+        present = [col for col in cols if (row, col) in by_key]
+        for j, col in enumerate(present):
+            r = by_key[(row, col)]
+            texts = [cell_text(spec, r, entry(spec, r, results, m), numbers.get(id(r))) for m in spec.metrics]
+            out.append((row, [spec.label_row(row) if j == 0 else "", spec.label_col(col), *texts]))
+    return out
+
+
+def table_lines(spec: TableSpec, results: list[CellResult]) -> tuple[list[str], list[tuple[Any, list[str]]]]:
+    """(header, lines) in the spec's layout: `grid` (a line per row and metric) or `methods` (a line per row and
+    cell column, a column per metric)."""
+    rows, cols, by_key = _grid(results)
+    numbers = _notes(results)
+    if spec.layout == "methods":
+        header = [spec.row_header, spec.col_header, *[METRIC_LABELS[m] for m in spec.metrics]]
+        return header, _methods_lines(spec, results, rows, cols, by_key, numbers)
+    header = [spec.row_header, "Metric", *[spec.label_col(c) for c in cols]]
+    return header, _grid_lines(spec, results, rows, cols, by_key, numbers)
 
 
 def scoring_line(results: list[CellResult]) -> list[str]:
@@ -298,14 +334,13 @@ def _precision_lines(spec: TableSpec, results: list[CellResult]) -> list[str]:
 
 def to_markdown(spec: TableSpec, results: list[CellResult]) -> str:
     """The table in the paper's layout (rows x columns, one line per metric) with notes and assumptions."""
-    rows, cols, by_key = _grid(results)
     numbers = _notes(results)
-    header = [spec.row_header, "Metric", *[spec.label_col(c) for c in cols]]
+    header, body = table_lines(spec, results)
     scored = scoring_line(results)
     settings = [settings_line(results), ""] if settings_line(results) else []
     lines = [f"## {spec.title}", "", *settings, _legend(spec), "", *scored, *_precision_lines(spec, results),
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for _, fields in _grid_lines(spec, results, rows, cols, by_key, numbers):
+    for _, fields in body:
         lines.append("| " + " | ".join(fields) + " |")
     notes = _note_lines(results, numbers)
     if notes:
@@ -313,12 +348,11 @@ def to_markdown(spec: TableSpec, results: list[CellResult]) -> str:
     if any(r.partial for r in results):
         whose = "the paper's benchmark run" if spec.paper else "the task has"
         lines += ["", f"† fewer documents than {whose} (n = documents in the cell; n_samples in the CSV)."]
-    if any("(lm_eval " in t or "(paper " in t for _, fields in _grid_lines(spec, results, rows, cols, by_key, numbers)
-           for t in fields[2:]):
+    if any("(lm_eval " in t or "(paper " in t for _, fields in body for t in fields[2:]):
         lines += ["", "`(lm_eval x)` / `(paper x)`: the same generations scored under the other `task.scoring` "
                       "mode, shown where it differs (docs/tasks.md, \"Scoring modes\")."]
     if any(r.aggregate is not None and r.aggregate.loaded for r in results):
-        lines += ["", LOADED_NOTE + ": its tokens/s may be slower than the machine can do."]
+        lines += ["", LOADED_NOTE + "; rerun those cells on an idle machine to compare their speed."]
     if any(is_bound(r) for r in results):
         lines += ["", BOUND_NOTE]
     lines += mode_notes(spec, results)
@@ -347,16 +381,17 @@ def latex_escape(text: str) -> str:
 
 def to_latex(spec: TableSpec, results: list[CellResult]) -> str:
     """The same grid as a booktabs tabular; missing cells keep their note numbers."""
-    rows, cols, by_key = _grid(results)
     numbers = _notes(results)
+    header, body = table_lines(spec, results)
     settings = ["% " + latex_escape(settings_line(results))] if settings_line(results) else []
-    lines = [f"% {spec.title}", *settings, "% " + _legend(spec), r"\begin{tabular}{ll" + "l" * len(cols) + "}", r"\toprule",
-             " & ".join(latex_escape(x) for x in [spec.row_header, "Metric", *[spec.label_col(c) for c in cols]])
-             + r" \\", r"\midrule"]
-    for i, (row, fields) in enumerate(_grid_lines(spec, results, rows, cols, by_key, numbers), start=1):
+    lines = [f"% {spec.title}", *settings, "% " + _legend(spec), r"\begin{tabular}{" + "l" * len(header) + "}",
+             r"\toprule", " & ".join(latex_escape(x) for x in header) + r" \\", r"\midrule"]
+    for i, (row, fields) in enumerate(body):
         lines.append(" & ".join(latex_escape(x) for x in fields) + r" \\")
-        if i % len(spec.metrics) == 0:
-            lines.append(r"\midrule" if row != rows[-1] else r"\bottomrule")
+        if i + 1 == len(body):
+            lines.append(r"\bottomrule")
+        elif body[i + 1][0] != row:
+            lines.append(r"\midrule")
     lines.append(r"\end{tabular}")
     bound = [BOUND_NOTE] if any(is_bound(r) for r in results) else []
     lines += ["% " + latex_escape(n) for n in [*_note_lines(results, numbers), *mode_notes(spec, results),

@@ -36,7 +36,10 @@ METRIC_LABELS = {
 }
 CELL_KEYS = {"row", "col", "overrides", "published", "notes", "unavailable", "speedup_ref", "scoring"}
 TABLE_KEYS = {"title", "preset", "paper", "table", "metrics", "row_header", "speedup_ref", "scoring", "needs_gpu",
-              "cells", "published_file"}
+              "cells", "published_file", "layout", "col_header"}
+# "grid": the paper's layout (a line per row and metric, a column per cell column); "methods": a line per row and
+# cell column, a column per metric (the layout a reader scans to compare methods)
+LAYOUTS = ("grid", "methods")
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,8 @@ class TableSpec:
     needs_gpu: bool = True
     scoring: str | None = None
     published_file: str | None = None  # a CSV in results/published/ other than the papers' (None = that one)
+    layout: str = "grid"
+    col_header: str = "Setting"
     row_fields: tuple[str, ...] = ("row",)
     col_fields: tuple[str, ...] = ("col",)
 
@@ -101,8 +106,15 @@ def load_table(path: Path) -> TableSpec:
         cells_data=tuple(data["cells"]), paper=data.get("paper"), table=data.get("table"),
         speedup_ref=dict(data.get("speedup_ref") or {}), row_header=data.get("row_header", "Setting"),
         needs_gpu=bool(data.get("needs_gpu", True)), scoring=data.get("scoring"),
-        published_file=data.get("published_file"),
+        published_file=data.get("published_file"), layout=_layout(path, data.get("layout", "grid")),
+        col_header=data.get("col_header", "Setting"),
     )
+
+
+def _layout(path: Path, layout: str) -> str:
+    if layout not in LAYOUTS:
+        raise ValueError(f"{path}: layout {layout!r}; allowed: {', '.join(LAYOUTS)}")
+    return layout
 
 
 def load_tables(table_dir: Path = TABLE_DIR) -> dict[str, TableSpec]:

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dllm_bench.report.frontier import Study, aup, hypervolume, outside_runs, summarise_fronts
+from dllm_bench.report.frontier import Study, aup, hypervolume, markdown, outside_runs, summarise_fronts
 from dllm_bench.report.pareto import dominating, pareto_front
 from dllm_bench.runner.summary import wilson_interval
 
@@ -140,8 +140,24 @@ def test_summary_fronts_and_fixed_settings():
     assert list(fronts[fronts["kind"] == "search"]["run_id"]) == ["a", "b"]
     assert fronts["ci_low"].iloc[0] == pytest.approx(100 * wilson_interval(90, 100)[0])
     outside = outside_runs([search, grid], runs).set_index("run_id")
-    assert outside.loc["p", "dominated_by"].startswith("delta=0.2 (95.0 %")  # the fixed δ 0.25 is beaten by δ 0.2
+    # δ 0.2 beats the fixed δ 0.25 on the point estimates (95 % at NFE 7.0 vs 94 % at 7.2), but 95 lies inside
+    # 94's Wilson interval on 100 documents: a tie, not dominance; δ 0.0 has fewer NFE but is less accurate
+    assert outside.loc["p", "dominated_by"] == ""
+    assert outside.loc["p", "within_interval_of"].startswith("delta=0.2 (95.0 %")
     assert outside.loc["q", "dominated_by"] == ""  # more accurate than any searched run: on the front
+    text = markdown(summary, fronts, "t", outside)
+    assert "none (within its interval: delta=0.2 (95.0 %" in text
+    # the summary pairs each run's own numbers: most accurate b (95 % at NFE 7), fewest NFE a (NFE 6 at 90 %)
+    assert "| 95.0 @ 7.00 | 6.00 @ 90.0 |" in text
+
+
+def test_a_run_below_a_searched_runs_interval_is_dominated():
+    runs = runs_frame([("a", "frechet", 0.1, 99, 6.0), ("p", "frechet", 0.25, 80, 7.2)])
+    search = Study("frechet-1", "frechet", "search", ["accuracy", "nfe_mean"],
+                   [{"number": 0, "run_id": "a", "params": {"rule.delta": 0.1}, "values": []}])
+    outside = outside_runs([search], runs).set_index("run_id")
+    assert outside.loc["p", "dominated_by"].startswith("delta=0.1 (99.0 %")  # 99 above 80's interval top
+    assert outside.loc["p", "within_interval_of"] == ""
     assert outside.loc["p", "setting"] == "delta=0.25"
 
 

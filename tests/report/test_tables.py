@@ -11,9 +11,9 @@ import pytest
 
 from dllm_bench.report.build import resolve_table
 from dllm_bench.report.published import load_published
-from dllm_bench.report.render import to_latex, to_markdown
+from dllm_bench.report.render import long_rows, to_latex, to_markdown
 from dllm_bench.report.runs import read_runs
-from dllm_bench.report.tables import TABLES, get_table, published_path, table_cells
+from dllm_bench.report.tables import METRIC_LABELS, TABLES, get_table, published_path, table_cells
 
 GOLDEN = Path(__file__).parent / "golden" / "fast_dllm_pp_t5.md"
 
@@ -107,10 +107,13 @@ def test_tiny_table_marks_cells_on_fewer_documents_and_loaded_timing(tmp_path, l
     assert "92.0 [" in frechet_acc and "n=50†" in frechet_acc
     lines = text.splitlines()
     tok_s = lines[lines.index(frechet_acc) + 1]
-    assert "2000.0‡†" in tok_s
+    assert "—‡†" in tok_s and "2000.0" not in tok_s  # a loaded machine's speed is left out of the comparison
+    kept = [row for row in long_rows(spec, list(resolved.values()))
+            if row["row"] == "Fréchet delta=0.25" and row["column"] == "No cache" and row["metric"] == "tokens_per_s"]
+    assert kept[0]["loaded"] is True and float(kept[0]["reproduced"]) == pytest.approx(2000.0)  # the CSV keeps it
     sequential = next(line for line in lines if line.startswith("| Sequential"))
     assert "98.0 [" in sequential and "†" not in sequential
-    assert "† fewer documents than the task has" in text and "‡ = throughput measured on a loaded machine" in text
+    assert "† fewer documents than the task has" in text and "—‡ = timed on a loaded machine" in text
     assert r"$^\ddagger$" in to_latex(spec, list(resolved.values()))
 
 
@@ -155,3 +158,37 @@ def test_unknown_table_is_one_line_and_exit_2(load_script, capsys):
     assert err.value.code == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("reproduce_table.py: error: table='bogus' is unknown")
+
+
+def test_methods_layout_puts_a_line_per_method_and_column(tmp_path):
+    import dataclasses
+
+    from .conftest import summary, write_runs
+
+    results = tmp_path / "results"
+    write_runs(results / "tiny_table" / "runs.csv", "tiny", [
+        (("Fréchet delta=0.25", "No cache"), {}, {**summary(500, 460, 3500, 10000, 5.0), "machine_loaded": "True"}),
+        (("Sequential (top-1 per step)", "No cache"), {}, {**summary(500, 470, 3500, 10000, 4.0),
+                                                            "machine_loaded": "False"}),
+    ])
+    spec = dataclasses.replace(get_table("tiny"), layout="methods", col_header="Cache")
+    resolved = resolve_table(spec, read_runs([results / "tiny_table" / "runs.csv"]))
+    lines = to_markdown(spec, resolved).splitlines()
+    header = next(line for line in lines if line.startswith("| Rule |"))
+    assert header == "| Rule | Cache | " + " | ".join(METRIC_LABELS[m] for m in spec.metrics) + " |"
+    frechet = [line for line in lines if line.startswith("| Fréchet delta=0.25 |")]
+    assert len(frechet) == 1 and "| No cache | 92.0 [" in frechet[0] and "—‡" in frechet[0]  # loaded: no speed
+    assert next(line for line in lines if line.startswith("|  | PrefixCache |"))  # the row's next column, own line
+    sequential = next(line for line in lines if line.startswith("| Sequential (top-1 per step) | No cache |"))
+    assert "94.0 [" in sequential and "2500.0" in sequential and "‡" not in sequential  # 10000 tokens / 4 s
+    tex = to_latex(spec, resolved)
+    assert "\\begin{tabular}{" + "l" * (2 + len(spec.metrics)) + "}" in tex
+
+
+def test_an_unknown_layout_is_refused(tmp_path):
+    from dllm_bench.report.tables import load_table
+
+    path = tmp_path / "t.yaml"
+    path.write_text("title: t\npreset: tiny\nmetrics: [accuracy]\nlayout: sideways\ncells: []\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="layout 'sideways'; allowed: grid, methods"):
+        load_table(path)
