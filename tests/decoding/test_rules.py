@@ -76,7 +76,7 @@ def test_commit_runs_on_the_meta_device(name):
     cand = torch.empty(3, 16, dtype=torch.bool, device="meta")
     ctx = _ctx(conf, cand)
     rule = build_rule(name)
-    if hasattr(rule, "plan"):  # it commits in the order its state holds
+    if rule.plans:  # it commits in the order its state holds (its plan)
         ctx.state = rule.init_state(3, 16, 8, conf.device)
     mask = rule.commit(ctx)
     assert mask.shape == (3, 16) and mask.dtype == torch.bool
