@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = json.loads((ROOT / "tests" / "fixtures" / "d2cache_published.json").read_text())
 GOLDEN_DREAM = json.loads((ROOT / "tests" / "fixtures" / "d2cache_dream_published.json").read_text())
 PUZZLES = ROOT / "dllm_bench" / "tasks" / "sudoku_data" / "sudoku_test.jsonl"
-DEFAULT_PUZZLES = 4
+DEFAULT_PUZZLES = 2
 
 
 @cache
