@@ -42,7 +42,7 @@ GOLDEN = json.loads((ROOT / "tests" / "fixtures" / "d2cache_published.json").rea
 GOLDEN_DREAM = json.loads((ROOT / "tests" / "fixtures" / "d2cache_dream_published.json").read_text())
 GOLDEN_BATCH = json.loads((ROOT / "tests" / "fixtures" / "d2cache_batch_published.json").read_text())
 PUZZLES = ROOT / "dllm_bench" / "tasks" / "sudoku_data" / "sudoku_test.jsonl"
-DEFAULT_PUZZLES = 4
+DEFAULT_PUZZLES = 2
 
 
 @cache

@@ -31,8 +31,8 @@ from .published_goldens import tiny_model as _model
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = json.loads((ROOT / "tests" / "fixtures" / "dkv_published.json").read_text())
 DREAM_GOLDEN = json.loads((ROOT / "tests" / "fixtures" / "dkv_dream_published.json").read_text())
-DEFAULT_PUZZLES = 20
-DREAM_DEFAULT_PUZZLES = 12
+DEFAULT_PUZZLES = 4
+DREAM_DEFAULT_PUZZLES = 4
 
 
 def _spec(setting: dict, gen_length: int) -> DecodeSpec:

@@ -31,7 +31,7 @@ from .published_goldens import tiny_model as _model
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = json.loads((ROOT / "tests" / "fixtures" / "dkv_greedy_published.json").read_text())
-DEFAULT_PUZZLES = 2
+DEFAULT_PUZZLES = 1
 
 
 def _spec(setting: dict, gen_length: int) -> DecodeSpec:

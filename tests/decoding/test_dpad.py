@@ -26,7 +26,7 @@ from .published_goldens import tiny_model as _model
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = json.loads((ROOT / "tests" / "fixtures" / "dpad_published.json").read_text())
-DEFAULT_PUZZLES = 12
+DEFAULT_PUZZLES = 4
 LOOP_CACHE = {"generate": "none", "generate_with_prefix_cache": "prefix", "generate_with_dual_cache": "dual"}
 
 

@@ -23,7 +23,7 @@ from .published_goldens import tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = json.loads((ROOT / "tests" / "fixtures" / "sparse_dllm_published.json").read_text())
-DEFAULT_PUZZLES = 20
+DEFAULT_PUZZLES = 4
 
 
 def _model():

@@ -31,7 +31,8 @@ from .spec_kwargs import spec_generate
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = json.loads((ROOT / "tests" / "fixtures" / "wino_published.json").read_text())
-DEFAULT_PUZZLES = 12
+DEFAULT_PUZZLES = 4
+NARROW_OUT_PUZZLES = 12  # the first puzzles whose decodes revoke a token
 
 
 def _spec(setting: dict, trace: bool = False) -> DecodeSpec:
@@ -62,7 +63,7 @@ def test_the_goldens_exercise_narrow_out():
     """Some golden decodes revoke tokens (more commits than answer positions), so the re-masking path is checked."""
     setting = GOLDEN["settings"][0]
     prompts = _prompts()
-    batch = [prompts[sample_id] for sample_id, _, _ in setting["puzzles"][:DEFAULT_PUZZLES]]
+    batch = [prompts[sample_id] for sample_id, _, _ in setting["puzzles"][:NARROW_OUT_PUZZLES]]
     out = generate(_model(), torch.tensor(batch), None, _spec(setting, trace=True))
     commits = [sum(step.n_committed for step in rec.trace) for rec in out.records]
     assert max(commits) > GOLDEN["gen_length"]
