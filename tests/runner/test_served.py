@@ -39,9 +39,10 @@ def compose_config(*overrides: str):
 class Server:
     """`python -m dllm_bench.serve --port 0` in its own process; `url` once it listens."""
 
-    def __init__(self) -> None:
+    def __init__(self, *overrides: str) -> None:
         env = {**os.environ, "PYTHONPATH": str(REPO_DIR)}
-        self.proc = subprocess.Popen([sys.executable, "-m", "dllm_bench.serve", "--port", "0", "num_threads=1"],
+        self.proc = subprocess.Popen([sys.executable, "-m", "dllm_bench.serve", "--port", "0", "num_threads=1",
+                                      *overrides],
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
                                      cwd=REPO_DIR)
         found: list[str] = []
@@ -196,6 +197,18 @@ def test_served_gives_the_local_tokens_verdicts_and_nfe(server, local_rows, tmp_
                                            "model": "<dllm_bench>/tiny/checkpoints/tiny_llada"}
     assert row["server_url"] == server.url and row["backend.name"] == name
     assert row["tokens_per_s"] > 0 and row["nfe_total"] == sum(r["nfe"] for r in local_rows.values())
+
+
+def test_bfloat16_served_gives_the_local_bfloat16_rows(tmp_path):
+    """The server decoding in bfloat16 (started with the run's dtype override) against the local engine in it."""
+    srv = Server("model.dtype=bfloat16")
+    try:
+        local = samples(tmp_path / "l", run(tmp_path / "l", "batch_size=1", "model.dtype=bfloat16"))
+        row = run(tmp_path / "s", "batch_size=4", "model.dtype=bfloat16", *served(srv.url, "sglang",
+                                                                                 "backend.concurrency=2"))
+        assert_same_as_local(samples(tmp_path / "s", row), local)
+    finally:
+        srv.stop()
 
 
 def test_a_served_run_never_shares_a_folder_with_a_local_one(server, tmp_path):
