@@ -23,7 +23,7 @@ import torch
 from dllm_bench.runner.compose import compose_run_config
 from dllm_bench.runner.config import portable
 from dllm_bench.runner.errors import ConfigError
-from dllm_bench.runner.served import FORWARD_COUNTS, OWN_COUNTS
+from dllm_bench.runner.served import FORWARD_COUNTS, OWN_COUNTS, OWN_DECODING, decoding_view
 from dllm_bench.runner.sharding import DistContext
 
 log = logging.getLogger("dllm_bench.serve")
@@ -48,6 +48,7 @@ class Decoder:
         self.c = c
         self.engine = DecodingEngine(c, DistContext())
         self.model_name = str(portable(str(c["model"]["name_or_path"])))
+        self.decoding = decoding_view(c)
         self.lock = threading.Lock()
 
     def decode(self, prompt: Any, max_new_tokens: Any, temperature: Any, seed: Any, stop: Any) -> dict[str, Any]:
@@ -132,10 +133,11 @@ def make_handler(decoder: Decoder) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             if self.path == "/get_model_info":
                 self._send(200, {"model_path": decoder.model_name, "tokenizer_path": decoder.model_name,
-                                 "is_generation": True})
+                                 "is_generation": True, OWN_DECODING: decoder.decoding})
             elif self.path == "/v1/models":
                 self._send(200, {"object": "list", "data": [{"id": decoder.model_name, "object": "model",
-                                                             "owned_by": "dllm-bench"}]})
+                                                             "owned_by": "dllm-bench"}],
+                                 OWN_DECODING: decoder.decoding})
             elif self.path == "/health":
                 self._send(200, {})
             else:

@@ -97,7 +97,7 @@ def run_identity(c: dict[str, Any], task: Task, docs: list[dict]) -> dict[str, A
     if "backend" in c:
         from dllm_bench.runner.served import server_identity
 
-        served = {"backend": server_identity(c["backend"])}
+        served = {"backend": server_identity(c)}
     return {
         "code": code_digest(),
         "data": data_digest(task, docs),

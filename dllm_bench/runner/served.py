@@ -27,6 +27,16 @@ from dllm_bench.runner.sharding import DistContext
 FORWARD_COUNTS = "dllm_forward_counts"
 # What dllm_bench.serve adds to meta_info: the decoding engine's own step count (absent from other servers)
 OWN_COUNTS = "dllm_bench"
+# What dllm_bench.serve adds to its model info: the run-config keys it decodes with (other servers decode by their
+# own algorithm config, which the harness cannot read)
+OWN_DECODING = "dllm_bench_decoding"
+DECODING_KEYS = ("gen_length", "block_length", "temperature", "cfg_scale", "early_stop", "confidence_precision",
+                 "confidence_mask_in_softmax", "policy", "rule", "cache")
+
+
+def decoding_view(c: dict[str, Any]) -> dict[str, Any]:
+    """The keys of a run config that choose how an answer is decoded (what a shipped server reports)."""
+    return {k: c.get(k) for k in DECODING_KEYS} | {"model.dtype": c["model"].get("dtype")}
 
 
 class BackendError(ConnectionError):
@@ -102,8 +112,16 @@ class Protocol:
         self.base = base_url.rstrip("/")
         self.retry = retry
 
+    info_path: str
+
     def served_model(self, wanted: str | None) -> str:
         raise NotImplementedError
+
+    def server_decoding(self) -> dict[str, Any] | None:
+        """The decoding keys the server reports (dllm_bench.serve does), None when it reports none."""
+        info = request_json(f"{self.base}{self.info_path}", None, self.retry)
+        found = info.get(OWN_DECODING) if isinstance(info, dict) else None
+        return found if isinstance(found, dict) else None
 
     def generate(self, prompt: list[int] | str, gen_length: int, temperature: float, seed: int,
                  stop: tuple[str, ...], model: str) -> tuple[list[int] | None, str, dict[str, Any]]:
@@ -121,6 +139,7 @@ class SGLangNative(Protocol):
     `sampling_params`; the answer's `output_ids`, `text` and `meta_info`."""
 
     name = "sglang"
+    info_path = "/get_model_info"
 
     def served_model(self, wanted: str | None) -> str:
         url = f"{self.base}/get_model_info"
@@ -147,6 +166,7 @@ class OpenAICompletions(Protocol):
     (or text); the choice's `token_ids` where the server returns them (vLLM's `return_token_ids`), else its text."""
 
     name = "openai"
+    info_path = "/v1/models"
 
     def served_model(self, wanted: str | None) -> str:
         url = f"{self.base}/v1/models"
@@ -181,11 +201,21 @@ def protocol(backend: dict[str, Any]) -> Protocol:
     return PROTOCOLS[backend["name"]](str(backend["url"]), retry)
 
 
-def server_identity(backend: dict[str, Any]) -> dict[str, Any]:
+def server_identity(c: dict[str, Any]) -> dict[str, Any]:
     """What a served run's rows depend on beyond its config: the backend, its URL and the model the server
-    reports (a server that is absent or speaks another protocol is refused here, before any folder is made)."""
-    return {"name": backend["name"], "url": str(backend["url"]).rstrip("/"),
-            "model": protocol(backend).served_model(backend.get("model"))}
+    reports. Refused here, before any folder is made: a server that is absent or speaks another protocol, and
+    one that reports decoding with other keys than the run's (a table cell would be filled by another setting)."""
+    backend = c["backend"]
+    proto = protocol(backend)
+    model = proto.served_model(backend.get("model"))
+    served = proto.server_decoding()
+    if served is not None:
+        ours = json.loads(json.dumps(decoding_view(c)))
+        differ = [f"{k}={served.get(k)!r} (the run: {ours[k]!r})" for k in ours if served.get(k) != ours[k]]
+        if differ:
+            raise BackendError(f"{proto.base} decodes with {'; '.join(differ)}: start the server with the run's "
+                               "decoding overrides, or run those")
+    return {"name": backend["name"], "url": str(backend["url"]).rstrip("/"), "model": model}
 
 
 def reported_nfe(meta: dict[str, Any]) -> int | None:
