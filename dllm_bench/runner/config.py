@@ -20,7 +20,9 @@ CONF_DIR = PACKAGE_DIR / "conf" if (PACKAGE_DIR / "conf").is_dir() else PACKAGE_
 # `limit` and `offset` choose the documents: not part of a setting (tables pool shards), but part of a run's
 # identity (runner/identity.py), so that a shard or a longer run is a run of its own.
 NON_OUTPUT_KEYS = ("name", "output_dir", "limit", "offset", "progress", "trace", "warmup", "timing_docs",
-                   "resume_changed", "hydra")
+                   "resume_changed", "hydra", "backend")
+# `backend` is hashed as part of a served run's identity instead (runner/identity.py): URL and served model, not
+# its patience (concurrency, timeout, retries), which changes no row.
 REPO_DIR = PACKAGE_DIR.parent
 PACKAGE_MARK = "<dllm_bench>"
 

@@ -129,6 +129,10 @@ def _token_counts(gen: Generation, paper_tokens: int) -> dict[str, int]:
     return counts
 
 
+def _known(count: int | None) -> int | None:
+    return None if count is None else int(count)
+
+
 def decode_batch(engine: Engine, task: Task, docs: list[dict], indices: list[int], c: dict[str, Any],
                  rank: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Decode one batch and score it: (sample rows, trace rows). Timing spans prompt rendering to text."""
@@ -153,11 +157,11 @@ def decode_batch(engine: Engine, task: Task, docs: list[dict], indices: list[int
             "extracted": score.extracted,
             "gold": score.gold,
             "correct": bool(score.correct),
-            "nfe": int(gen.nfe),
-            "steps": int(gen.steps),
+            "nfe": _known(gen.nfe),  # None: a server that reports no NFE (never guessed)
+            "steps": _known(gen.steps),
             **counts,
             "tokens_per_forward": counted / gen.nfe if gen.nfe else math.nan,
-            "forward_positions": int(gen.forward_positions),
+            "forward_positions": _known(gen.forward_positions),
             "wall_time_s": latency / len(docs),
             "latency_s": latency,
             "decode_time_s": gen.decode_time_s,
@@ -226,6 +230,11 @@ def _decode_shard(engine: Engine, task: Task, all_docs: list[dict], mine: list[i
 
 
 def default_engine_factory(c: dict[str, Any], ctx: DistContext) -> Engine:
+    """The decoding engine in this process, or a served one (`backend` other than local: runner/served.py)."""
+    if "backend" in c:
+        from dllm_bench.runner.served import ServedEngine
+
+        return ServedEngine(c, ctx)
     from dllm_bench.runner.engine import build_engine
 
     return build_engine(c, ctx)
@@ -250,7 +259,8 @@ def changed_run(c: dict[str, Any], run_id: str, identity: dict[str, Any]) -> tup
         except (OSError, ValueError):
             continue
         old = (info.get("sessions") or [{}])[-1].get("identity") or info.get("identity") or {}
-        if old.get("config") == same_config and old.get("selection") == identity["selection"]:
+        if (old.get("config") == same_config and old.get("selection") == identity["selection"]
+                and old.get("backend") == identity.get("backend")):  # a served run never resumes a local one
             found.append((str(info.get("finished_at") or ""), path.parent.name, identity_changes(old, identity)))
     if not found:
         return None
@@ -285,6 +295,8 @@ def execute(cfg: DictConfig | dict[str, Any], engine_factory: EngineFactory | No
     no folder behind. The run folder is locked for the whole run: a twin command waits for it.
     """
     c = validate_config(cfg)
+    if (c.get("backend") or {}).get("name", "local") == "local":
+        c.pop("backend", None)  # a local run's config, id and rows as before the backend group existed
     task = build_task(c["task"])
     machine = {"cpu_count": cpu_count(), "num_threads_used": None, "load_avg_start": load_average()}
     started = _now()
@@ -336,6 +348,12 @@ def execute(cfg: DictConfig | dict[str, Any], engine_factory: EngineFactory | No
     barrier(ctx)
     shutdown(ctx)
     return row
+
+
+def served_columns(identity: dict[str, Any]) -> dict[str, Any]:
+    """runs.csv's record of a served run's server: its URL and the model it reported (none for a local run)."""
+    server = identity.get("backend")
+    return {} if not server else {"server_url": server.get("url"), "server_model": server.get("model")}
 
 
 def _finalise(c: dict[str, Any], run_id: str, store: ResultsStore, all_docs: list[dict], selected: list[int],
@@ -396,6 +414,7 @@ def _finalise(c: dict[str, Any], run_id: str, store: ResultsStore, all_docs: lis
                                             if s.get("num_threads_used") is not None), None)
     row = {"run_id": run_id, **flatten(portable(c)), **summary, "task_docs": len(all_docs),
            "world_size": last.get("world_size", ctx.world_size), "device_name": info["device_name"], **bookkeeping,
+           **served_columns(info["identity"]),
            "machine_loaded": True if True in loaded else None if None in loaded or not loaded else False,
            "git_commit": last.get("git_commit", env.get("git_commit")), "math_verify": versions.get("math-verify"),
            "started_at": info["started_at"], "finished_at": info["finished_at"]}

@@ -21,7 +21,7 @@ CODE_SUFFIXES = (".py", ".json", ".jsonl", ".yaml")
 # Files beside the weights that shape prompts and decoding (`model.fingerprint` covers config.json and weights).
 CHECKPOINT_TEXT_PREFIXES = ("tokenizer", "special_tokens_map", "generation_config", "chat_template", "vocab", "merges")
 # The parts of an identity, in the order a change is reported.
-PARTS = ("code", "data", "weights", "tokenizer", "selection")
+PARTS = ("code", "data", "weights", "tokenizer", "selection", "backend")
 
 
 def _short(digest: Any) -> str:
@@ -91,13 +91,20 @@ def tokenizer_digest(name_or_path: str) -> str | None:
 
 
 def run_identity(c: dict[str, Any], task: Task, docs: list[dict]) -> dict[str, Any]:
-    """The parts of a run's identity beyond its config (`c` has `model.fingerprint` set already)."""
+    """The parts of a run's identity beyond its config (`c` has `model.fingerprint` set already); a served run
+    adds its backend, URL and the model its server reports (`served.server_identity`), a local run nothing."""
+    served = {}
+    if "backend" in c:
+        from dllm_bench.runner.served import server_identity
+
+        served = {"backend": server_identity(c)}
     return {
         "code": code_digest(),
         "data": data_digest(task, docs),
         "weights": c["model"].get("fingerprint"),
         "tokenizer": tokenizer_digest(c["model"]["name_or_path"]),
         "selection": {"offset": int(c.get("offset", 0)), "limit": c.get("limit")},
+        **served,
     }
 
 

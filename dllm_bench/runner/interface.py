@@ -15,14 +15,15 @@ from dllm_bench.runner.sharding import DistContext
 
 @dataclass
 class Generation:
-    """What the engine returns per row: answer-region ids and how they were counted."""
+    """What the engine returns per row: answer-region ids and how they were counted (a served engine's NFE and
+    steps are None where its server reports none)."""
 
     ids: list[int]
-    nfe: int
-    steps: int
+    nfe: int | None
+    steps: int | None
     token_counts: dict[str, int]  # the decoding engine's counting rules (COUNT_KEYS values)
     decode_time_s: float = math.nan  # from the start of the generate call until this row finished
-    forward_positions: int = 0
+    forward_positions: int | None = 0
     trace: dict[str, Any] | None = None
 
 

@@ -24,7 +24,7 @@ class RunProgress:
         for r in rows:
             self.n += 1
             self.correct += bool(r["correct"])
-            self.nfe += int(r["nfe"])
+            self.nfe += int(r["nfe"] or 0)  # a server reporting no NFE adds none
             self.tokens += int(r[f"tokens_{self.count_rule}"])
             self.wall += float(r["wall_time_s"])
         self.bar.set_postfix(acc=f"{self.correct / max(self.n, 1):.3f}", nfe=f"{self.nfe / max(self.n, 1):.1f}",

@@ -55,6 +55,25 @@ class ModelSettings:
     rope_full_precision: bool | None = None  # None = as the published model code (see load_model)
 
 
+BACKENDS = ("local", "sglang", "openai")
+PROMPT_FORMS = ("ids", "text")
+
+
+@dataclass(frozen=True)
+class BackendSettings:
+    """Keys of the optional `backend` group (conf/backend/*.yaml): who generates. `local` has only its name; a
+    served backend (docs/backends.md) needs its URL."""
+
+    name: str = "local"
+    url: str | None = None
+    model: str | None = None
+    concurrency: int = field(default=8, metadata=bounds(1, 1024))
+    timeout_s: float = field(default=600.0, metadata=bounds(0.001))
+    retries: int = field(default=3, metadata=bounds(0, 100))
+    backoff_s: float = field(default=1.0, metadata=bounds(0, 3600))
+    prompt_as: str = "ids"
+
+
 def setting_names(cls: type) -> tuple[str, ...]:
     """Field names of a settings dataclass in declaration order."""
     return tuple(f.name for f in fields(cls))

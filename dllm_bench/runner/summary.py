@@ -37,13 +37,14 @@ def summarise(rows: list[dict[str, Any]], count_rule: str, scoring: str = "lm_ev
     n = len(rows)
     correct = sum(bool(r["correct"]) for r in rows)
     low, high = wilson_interval(correct, n)
-    nfe_total = sum(int(r["nfe"]) for r in rows)
+    # a served engine that reports no NFE leaves it unknown (NaN), never guessed
+    nfe_total = sum(int(r["nfe"]) for r in rows) if all(r.get("nfe") is not None for r in rows) else math.nan
     tokens_total = sum(int(r[count_column(count_rule, scoring)]) for r in rows)
     both = {f"{col}_total": sum(int(r[col]) for r in rows) if all(col in r for r in rows) else math.nan
             for col in ("tokens_cut", PAPER_CUT_COLUMN)}
     wall_total = sum(float(r["wall_time_s"]) for r in rows)
     positions = (sum(int(r["forward_positions"]) for r in rows)
-                 if rows and all("forward_positions" in r for r in rows) else math.nan)
+                 if rows and all(r.get("forward_positions") is not None for r in rows) else math.nan)
     return {
         "n_samples": n,
         "n_correct": correct,
@@ -52,9 +53,10 @@ def summarise(rows: list[dict[str, Any]], count_rule: str, scoring: str = "lm_ev
         "accuracy_ci_high": high,
         "nfe_mean": nfe_total / n if n else math.nan,
         "nfe_total": nfe_total,
-        "steps_mean": sum(int(r["steps"]) for r in rows) / n if n else math.nan,
+        "steps_mean": (sum(int(r["steps"]) for r in rows) / n
+                       if n and all(r.get("steps") is not None for r in rows) else math.nan),
         "tokens_total": tokens_total,
-        "tokens_per_forward": tokens_total / nfe_total if nfe_total else math.nan,
+        "tokens_per_forward": tokens_total / nfe_total if nfe_total and not math.isnan(nfe_total) else math.nan,
         "forward_positions_total": positions,  # query positions the network computed, summed over rows and forwards
         "tokens_per_s": tokens_total / wall_total if wall_total > 0 else math.nan,
         "latency_s_mean": sum(float(r["latency_s"]) for r in rows) / n if n else math.nan,
@@ -113,5 +115,5 @@ SANDBOX_COLUMNS = (*(f"sandbox_{s}" for s in STATUSES), PUBLISHED_ONLY)
 # the batched mode's batch-1 timing pass (only in runs with `timing_docs`), after the summary columns
 TIMING_PASS_COLUMNS = ("timing_batch_size", "timing_n_samples", "timing_tokens_total", "timing_tokens_per_s",
                        "timing_latency_s_mean", "timing_wall_time_s_total", "timing_agreement")
-RUN_INFO_COLUMNS = ("task_docs", "world_size", "device_name", "cpu_count", "num_threads_used", "load_avg_start",
-                    "load_avg_end", "machine_loaded", "git_commit", "started_at", "finished_at")
+RUN_INFO_COLUMNS = ("task_docs", "world_size", "device_name", "server_url", "server_model", "cpu_count",
+                    "num_threads_used", "load_avg_start", "load_avg_end", "machine_loaded", "git_commit", "started_at", "finished_at")

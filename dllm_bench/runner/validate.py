@@ -26,7 +26,15 @@ from dllm_bench.runner.config import to_container
 from dllm_bench.runner.errors import ConfigError
 from dllm_bench.runner.paths import check_output_location
 from dllm_bench.runner.positions import check_answer_fits, model_positions
-from dllm_bench.runner.settings import GROUPS, ModelSettings, RunSettings, setting_names
+from dllm_bench.runner.settings import (
+    BACKENDS,
+    GROUPS,
+    PROMPT_FORMS,
+    BackendSettings,
+    ModelSettings,
+    RunSettings,
+    setting_names,
+)
 from dllm_bench.tasks import TASKS, Task, TaskConfig, get_task
 
 FLAVOURS = ("llada", "dream")
@@ -108,7 +116,7 @@ def check_keys(c: dict[str, Any]) -> None:
     """Refuse any key the code does not consume and any value of the wrong type: top level, model and the
     decoding groups' builders (the task's keys are checked by `build_task`); no number anywhere may be NaN or
     infinite, and the top-level keys keep to their declared ranges."""
-    _unknown("", "at the top level", c, (*setting_names(RunSettings), *GROUPS))
+    _unknown("", "at the top level", c, (*setting_names(RunSettings), *GROUPS, "backend"))
     check_finite(c)
     for group in GROUPS:
         if not isinstance(c.get(group), dict):
@@ -122,6 +130,32 @@ def check_keys(c: dict[str, Any]) -> None:
         if name != NO_RULE or group != "rule":
             _check_types(f"{group}.", c[group], _decoding_class(kind, name))
     _check_types("", c, RunSettings)
+    check_backend(c)
+
+
+def check_backend(c: dict[str, Any]) -> None:
+    """The optional `backend` group: a known name; a served one with an http(s) URL; `local` with nothing else."""
+    backend = c.get("backend")
+    if backend is None:
+        return
+    if not isinstance(backend, dict):
+        _fail("backend", backend, "the config group 'backend' must be selected (see conf/backend/)")
+    name = backend.get("name")
+    _choice("backend.name", name, BACKENDS)
+    allowed = ("name",) if name == "local" else setting_names(BackendSettings)
+    _unknown("backend.", f"for backend {name!r}", backend, allowed)
+    _check_types("backend.", backend, BackendSettings)
+    if name == "local":
+        return
+    url = backend.get("url")
+    if not isinstance(url, str) or not re.match(r"^https?://[^/\s]+", url):
+        _fail("backend.url", url, f"backend {name!r} needs the server's base URL, http://host:port")
+    _choice("backend.prompt_as", backend.get("prompt_as", "ids"), PROMPT_FORMS)
+    if c["rule"]["name"] == "oracle":
+        _fail("rule.name", "oracle", "the oracle decodes a reference in this process; use backend=local")
+    if c.get("timing_docs") is not None:
+        _fail("timing_docs", c["timing_docs"], "a served backend times requests at its concurrency; set "
+                                               "timing_docs=null")
 
 
 def check_decoding(c: dict[str, Any]) -> None:
@@ -150,6 +184,9 @@ def _validate_combination(c: dict[str, Any], task: Task) -> None:
         CACHES[cache].check_flavour(flavour, policy)
     except ValueError as err:
         _fail("model.flavour", flavour, str(err))
+    backend = (c.get("backend") or {}).get("name", "local")
+    if task.needs_images and backend != "local":
+        _fail("backend.name", backend, f"task {c['task']['name']!r} needs images; served backends take text")
     if task.needs_images and not c["model"].get("vision"):
         _fail("task.name", c["task"]["name"],
               f"needs images, but model {c['model']['name_or_path']!r} is text-only (model.vision=false); "

@@ -12,7 +12,14 @@ from dllm_bench.decoding import SLOWFAST_PRESETS
 from dllm_bench.decoding.config import builder_parameters
 from dllm_bench.runner.components import build_components
 from dllm_bench.runner.config import CONF_DIR
-from dllm_bench.runner.settings import GROUPS, ModelSettings, RunSettings, setting_names
+from dllm_bench.runner.settings import (
+    BACKENDS,
+    GROUPS,
+    BackendSettings,
+    ModelSettings,
+    RunSettings,
+    setting_names,
+)
 from dllm_bench.runner.validate import validate_config
 
 pytestmark = pytest.mark.fast  # the inner loop: make test-fast
@@ -47,11 +54,15 @@ def test_top_level_and_model_keys_are_the_runner_settings():
     top = yaml.safe_load((CONF_DIR / "config.yaml").read_text(encoding="utf-8"))
     assert set(top) - {"defaults", "hydra"} == set(setting_names(RunSettings))
     assert [next(iter(d)) for d in top["defaults"] if isinstance(d, dict)] == ["model", "task", "cache", "rule",
-                                                                            "policy", "experiment",
+                                                                            "policy", "backend", "experiment",
                                                                             "hparams_search"]
     assert set(GROUPS) == {"model", "task", "cache", "rule", "policy"}
     for path in group_files("model"):
         assert set(values(path)) == set(setting_names(ModelSettings)), path
+    assert sorted(p.stem for p in group_files("backend")) == sorted(BACKENDS)
+    for path in group_files("backend"):  # local names itself only; a served backend sets every key
+        wanted = {"name"} if path.stem == "local" else set(setting_names(BackendSettings))
+        assert set(values(path)) == wanted and values(path)["name"] == path.stem, path
 
 
 @pytest.mark.parametrize("preset", ["code", "paper", "dream"])

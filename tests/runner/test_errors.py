@@ -165,7 +165,7 @@ def test_hydra_errors_are_one_line(base, run_cli):
 
 # Everything a user can mistype: one line naming key, value and what is allowed, exit 2, before any load.
 BAD_INPUTS = [
-    (["rul=frechet"], "rul='frechet' is not allowed: unknown key at the top level; allowed: batch_size"),
+    (["rul=frechet"], "rul='frechet' is not allowed: unknown key at the top level; allowed: backend, batch_size"),
     (["rule=frechet", "rule.detla=0.2"], "rule.detla=0.2 is not allowed: unknown key for rule 'frechet'; allowed: delta, name"),
     (["rule=frechet", "rule.delta=high"], "rule.delta='high' is not allowed: a number is required"),
     (["cache=dllm", "cache.prompt_interval=ten"], "cache.prompt_interval='ten' is not allowed: an integer is required"),
