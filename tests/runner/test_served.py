@@ -236,13 +236,14 @@ def test_http_500s_past_the_retries_end_in_one_line(proxy_to, tmp_path, run_cli)
 
 
 def test_a_slow_answer_past_the_timeout(proxy_to, local_rows, tmp_path, run_cli):
-    proxy = proxy_to(["slow"], slow_s=1.5)  # the first request outlives the timeout, its retry does not
-    row = run(tmp_path, "batch_size=3", *served(proxy.url, "openai", "backend.timeout_s=0.5",
+    proxy = proxy_to(["slow"], slow_s=12)  # the first request outlives the timeout, its retry does not
+    # a timeout a loaded machine decodes well inside, a delay well past it
+    row = run(tmp_path, "batch_size=3", *served(proxy.url, "openai", "backend.timeout_s=6",
                                                 "backend.concurrency=1", "backend.retries=1"))
     assert_same_as_local(samples(tmp_path, row), local_rows)
-    always = proxy_to(["slow"] * 4, slow_s=1.5)
+    always = proxy_to(["slow"] * 4, slow_s=12)
     code, lines = run_cli(f"output_dir={tmp_path / 'b'}", "progress=false", "warmup=0", "limit=1",
-                          *served(always.url, "openai", "backend.timeout_s=0.5", "backend.retries=1"))
+                          *served(always.url, "openai", "backend.timeout_s=6", "backend.retries=1"))
     assert code == 2 and len(lines) == 1, lines
     assert f"{always.url}/v1/completions failed 2 time(s), last: no answer within the timeout" in lines[0]
 
