@@ -134,9 +134,9 @@ def test_two_gloo_processes_share_the_timing_pass(compose_cfg, llada_overrides, 
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["timing_docs=0"], "timing_docs=0 is not allowed: an integer >= 1 is required"),
-    (["timing_docs=-3"], "timing_docs=-3 is not allowed: an integer >= 1 is required"),
-    (["timing_docs=2.5"], "timing_docs=2.5 is not allowed: an integer >= 1 is required"),
+    (["timing_docs=0"], "timing_docs=0 is not allowed: an integer >= 1 or null is required"),
+    (["timing_docs=-3"], "timing_docs=-3 is not allowed: an integer >= 1 or null is required"),
+    (["timing_docs=2.5"], "timing_docs=2.5 is not allowed: an integer or null is required"),
     (["limit=10", "timing_docs=11"], "timing_docs=11 is not allowed: at most limit=10"),
     (["batch_size=1", "timing_docs=4"], "timing_docs=4 is not allowed: only with batch_size > 1"),
     (["offset=495", "timing_docs=10"], "timing_docs=10 is not allowed: offset=495, limit=null select 5 documents"),
