@@ -32,7 +32,7 @@ from .config import ModelConfig, ModelConfigError, _looks_instruct
 from .cpu_linear import Linear
 from .moe import Experts, SwiGLU
 from .network import Block, DiffusionLM, RMSNorm
-from .tensor_names import speak_checkpoint_names
+from .tensor_names import layered_canonical_name, layered_checkpoint_name, speak_checkpoint_names
 
 LLADA2_ARCHITECTURES = ("LLaDA2MoeModelLM",)
 LLADA2_MASK_ID = 156895  # <|mask|> of the LLaDA2 tokenizer (the published samplers' mask_id)
@@ -246,20 +246,12 @@ _TOP_NAMES = {"embed.weight": "model.word_embeddings.weight", "norm.weight": "mo
 
 def llada2_checkpoint_name(canonical: str) -> str:
     """``layers.3.qkv_proj.weight`` -> ``model.layers.3.attention.query_key_value.weight``."""
-    if canonical in _TOP_NAMES:
-        return _TOP_NAMES[canonical]
-    _, idx, rest = canonical.split(".", 2)
-    head, _, tail = rest.partition(".")
-    return f"model.layers.{idx}.{_LAYER_PREFIXES[head]}" + (f".{tail}" if tail else "")
+    return layered_checkpoint_name(canonical, _TOP_NAMES, _LAYER_PREFIXES)
 
 
 def llada2_canonical_name(ckpt: str) -> str | None:
     """Inverse of :func:`llada2_checkpoint_name`; None for a name the layout does not have."""
-    for canon, name in _TOP_NAMES.items():
-        if ckpt == name:
-            return canon
-    if not ckpt.startswith("model.layers."):
-        return None
+    return layered_canonical_name(ckpt, _TOP_NAMES, _LAYER_PREFIXES)
     idx, _, rest = ckpt[len("model.layers."):].partition(".")
     if not idx.isdigit():
         return None

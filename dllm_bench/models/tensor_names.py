@@ -88,18 +88,19 @@ def canonical_name(ckpt: str, naming: str) -> str | None:
     return None
 
 
-def moe_checkpoint_name(canonical: str) -> str:
-    """``layers.3.experts.5.up_proj.weight`` -> ``model.layers.3.mlp.experts.5.up_proj.weight``."""
-    if canonical in _MOE_TOP_NAMES:
-        return _MOE_TOP_NAMES[canonical]
+def layered_checkpoint_name(canonical: str, top: dict[str, str], prefixes: dict[str, str]) -> str:
+    """A ``model.layers.{i}.*`` layout's name: a top-level tensor from ``top``, a layer's from our module prefix
+    -> its prefix (``layers.3.experts.5.up_proj.weight`` -> ``model.layers.3.mlp.experts.5.up_proj.weight``)."""
+    if canonical in top:
+        return top[canonical]
     _, idx, rest = canonical.split(".", 2)
     head, _, tail = rest.partition(".")
-    return f"model.layers.{idx}.{_MOE_LAYER_PREFIXES[head]}" + (f".{tail}" if tail else "")
+    return f"model.layers.{idx}.{prefixes[head]}" + (f".{tail}" if tail else "")
 
 
-def moe_canonical_name(ckpt: str) -> str | None:
-    """Inverse of :func:`moe_checkpoint_name`; None for a name the layout does not have."""
-    for canon, name in _MOE_TOP_NAMES.items():
+def layered_canonical_name(ckpt: str, top: dict[str, str], prefixes: dict[str, str]) -> str | None:
+    """Inverse of :func:`layered_checkpoint_name`; None for a name the layout does not have."""
+    for canon, name in top.items():
         if ckpt == name:
             return canon
     if not ckpt.startswith("model.layers."):
@@ -107,10 +108,20 @@ def moe_canonical_name(ckpt: str) -> str | None:
     idx, _, rest = ckpt[len("model.layers."):].partition(".")
     if not idx.isdigit():
         return None
-    for ours, theirs in sorted(_MOE_LAYER_PREFIXES.items(), key=lambda kv: -len(kv[1])):
+    for ours, theirs in sorted(prefixes.items(), key=lambda kv: -len(kv[1])):
         if rest == theirs or rest.startswith(theirs + "."):
             return f"layers.{idx}.{ours}{rest[len(theirs):]}"
     return None
+
+
+def moe_checkpoint_name(canonical: str) -> str:
+    """``layers.3.experts.5.up_proj.weight`` -> ``model.layers.3.mlp.experts.5.up_proj.weight``."""
+    return layered_checkpoint_name(canonical, _MOE_TOP_NAMES, _MOE_LAYER_PREFIXES)
+
+
+def moe_canonical_name(ckpt: str) -> str | None:
+    """Inverse of :func:`moe_checkpoint_name`; None for a name the layout does not have."""
+    return layered_canonical_name(ckpt, _MOE_TOP_NAMES, _MOE_LAYER_PREFIXES)
 
 
 def speak_checkpoint_names(module: nn.Module, to_checkpoint: Callable[[nn.Module, str], str],
