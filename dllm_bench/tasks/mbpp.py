@@ -84,6 +84,10 @@ class MBPP(ExecutedTask):
         code = blocks[0] if blocks else text
         return code.replace("[BEGIN]", "")
 
+    def test_setup(self, doc: dict) -> str:
+        """lm_eval mode runs the row's test_setup_code (it builds objects of the candidate's classes: mbpp/367)."""
+        return "" if self.scoring == "paper" else doc["test_setup_code"]
+
     def tests(self, doc: dict) -> str:
         """The row's setup code (lm_eval only) and its asserts (paper: the first three)."""
         if self.scoring == "paper":

@@ -1,5 +1,6 @@
 """Running model-written Python in an OS-isolated, limited process; it passes only if it reaches its last line
-(with `ProgramWithTests`: if its tests, run apart from its globals, pass), by the harness's own evidence.
+(with `ProgramWithTests`: if its tests, run in another process against its functions, pass), by the harness's own
+evidence.
 
 Isolation is the operating system's, via bubblewrap (`bwrap`, docs/sandbox.md says why): own user, network,
 PID, mount, IPC and UTS namespaces; an unprivileged host uid of its own (a fresh one per sample when the
@@ -48,15 +49,28 @@ CPU_GRACE_S = 0.25  # the sample's processes together may use timeout_s + this (
 BWRAP_PROCESSES = 4  # bwrap's own processes in a sample's cgroup (two-bwrap path: launcher, init, twice)
 DATA_SUFFIXES = (".jsonl", ".jsonl.gz", ".json.gz", ".parquet", ".arrow", ".csv", ".csv.gz", ".tsv")  # hidden in a venv
 
-# Runs inside the sandbox as `python -I [-S] -c`. stdin carries one secret key per outcome (KEY_BYTES each, in
+# Runs inside the sandbox as `python -I [-S] -c`, after sandbox_split.py's text (a `ProgramWithTests`: the candidate
+# in a forked process of its own, the tests here). stdin carries one secret key per outcome (KEY_BYTES each, in
 # OUTCOMES order), a header line, then the program's text(s). A key is written to the report pipe only when its
-# outcome happens (so a key read back from the pipe tells nothing of another); the keys stay in this function's
-# frame (never in a file, argv, the environment, /proc or an inherited fd). Every builtin the harness needs after
-# the program has run is bound before it runs.
+# outcome happens; the keys stay in this function's frame (never in a file, argv, the environment, /proc or an
+# inherited fd), and with a candidate process they are read only after it is forked, in a process it cannot read.
+# Every builtin the harness needs after the program has run is bound before it runs.
 _BOOTSTRAP = r"""
 def _run():
     import os, resource, sys, types
-    report_fd, mem_mb, cpu_s, file_mb, nproc, hook, native, weak = (int(a) for a in sys.argv[1:9])
+    report_fd, mem_mb, cpu_s, file_mb, nproc, hook, native, weak, split = (int(a) for a in sys.argv[1:10])
+    for kind, value in ((resource.RLIMIT_AS, mem_mb << 20), (resource.RLIMIT_FSIZE, file_mb << 20),
+                        (resource.RLIMIT_NOFILE, 64), (resource.RLIMIT_CORE, 0), (resource.RLIMIT_NPROC, nproc)):
+        try:
+            resource.setrlimit(kind, (value, value))
+        except (ValueError, OSError):
+            pass
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))  # SIGXCPU, then SIGKILL if ignored
+    roots = (os.getcwd(),) if weak else (os.getcwd(), "/tmp")
+    remote = None
+    if split:  # before the keys exist: the candidate's process never holds them
+        remote = start_candidate_process(lambda: hook and _install_hook(roots, native, weak))
+        _no_dumps()
     chunks = []
     while True:
         chunk = os.read(0, 1 << 16)
@@ -92,42 +106,22 @@ def _run():
         except base_error:
             return "an exception"
 
-    runner = None
-    if length(texts) == 3:  # candidate, tests, a harness runner that defines run(candidate, tests, report)
-        space = {"__name__": "dllm_sandbox_runner"}
-        run_code(as_code(texts[2], "runner.py", "exec"), space)
-        runner = space["run"]
-    for kind, value in ((resource.RLIMIT_AS, mem_mb << 20), (resource.RLIMIT_FSIZE, file_mb << 20),
-                        (resource.RLIMIT_NOFILE, 64), (resource.RLIMIT_CORE, 0), (resource.RLIMIT_NPROC, nproc)):
+    if remote is not None:
         try:
-            resource.setrlimit(kind, (value, value))
-        except (ValueError, OSError):
-            pass
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))  # SIGXCPU, then SIGKILL if ignored
-    if length(texts) > 1:
-        _verdict_hook()
+            _judge(texts, report, describe, remote)
+        finally:
+            remote.close()
+        return
     if hook:  # under bwrap /tmp is the work dir's link or a private tmpfs; in the weaker mode it is the host's
-        _install_hook((os.getcwd(),) if weak else (os.getcwd(), "/tmp"), native, weak)
+        _install_hook(roots, native, weak)
     import builtins
     if not hasattr(builtins, "exit"):  # `python -S` skips site, which defines exit/quit
         builtins.exit = builtins.quit = sys.exit
     main = types.ModuleType("__main__")
     sys.modules["__main__"] = main
     sys.argv = ["program.py"]
-    pristine = builtins.__dict__.copy()  # the tests' builtins: what the program rewrites there stays its own
-    if runner is not None:
-        runner(texts[0], texts[1], report)
-        return
     try:
-        if length(texts) == 1:
-            run_code(as_code(texts[0], "program.py", "exec"), main.__dict__)
-        else:
-            as_code(texts[0] + "\n" + texts[1], "program.py", "exec")  # a syntax error reads as in one program
-            candidate, tests = as_code(texts[0], "program.py", "exec"), as_code(texts[1], "tests.py", "exec")
-            run_code(candidate, main.__dict__)
-            space = main.__dict__.copy()  # the tests' own names (check, ...) stay out of the program's globals
-            space["__builtins__"] = pristine
-            run_code(tests, space)
+        run_code(as_code(texts[0], "program.py", "exec"), main.__dict__)
     except stop:
         report("S")
         raise
@@ -136,15 +130,35 @@ def _run():
         raise
     report("P")
 
-def _verdict_hook():
-    # what would let the program reach the tests' namespace or rewrite their control flow without a frame walk
-    import sys
-    refused = ("sys.settrace", "sys.setprofile", "sys._current_frames", "gc.get_objects", "gc.get_referrers",
-               "gc.get_referents")
-    def hook(event, args):
-        if event in refused:
-            raise PermissionError("sandbox: %s is not allowed while tests run" % event)
-    sys.addaudithook(hook)
+def _judge(texts, report, describe, remote):
+    # the tests here, the candidate in its own process (sandbox_split.py); a runner (texts[2]) is harness code
+    # defining run(candidate, tests, report, remote) that reports itself (code_eval_semantics.CODE_EVAL_RUNNER)
+    candidate, tests = texts[0], texts[1]
+    if len(texts) == 3:
+        space = {"__name__": "dllm_sandbox_runner"}
+        exec(compile(texts[2], "runner.py", "exec"), space)
+        space["run"](candidate, tests, report, remote)
+        return
+    try:
+        compile(candidate + "\n" + tests, "program.py", "exec")  # a syntax error reads as in one program
+        code = compile(tests, "tests.py", "exec")
+        remote.setup()
+        space = remote.run(candidate)
+        exec(code, space)
+    except SystemExit:
+        report("S")
+        raise
+    except BaseException as error:
+        report("F", describe(error))
+        raise
+    report("P")
+
+def _no_dumps():
+    # non-dumpable: a same-uid process (the candidate's) can neither ptrace this one, read its memory or /proc
+    # files, nor take its file descriptors (pidfd_getfd)
+    import ctypes
+    if ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE, 0
+        raise OSError(ctypes.get_errno(), "sandbox: the harness could not make itself non-dumpable")
 
 def _install_hook(roots, native, weak):
     import os, sys
@@ -189,6 +203,7 @@ def _install_hook(roots, native, weak):
 
 _run()
 """.replace("KEY_BYTES", str(KEY_BYTES)).replace("OUTCOMES", OUTCOMES).replace("MAX_REPORT", str(MAX_REPORT))
+_BOOTSTRAP = Path(__file__).with_name("sandbox_split.py").read_text() + _BOOTSTRAP
 
 
 class SandboxUnavailable(RuntimeError):
@@ -197,10 +212,11 @@ class SandboxUnavailable(RuntimeError):
 
 @dataclass(frozen=True)
 class ProgramWithTests:
-    """A program in two parts: the model's `candidate` runs in `__main__`, then `tests` in a copy of its globals, so
-    the tests' own names (HumanEval's `check`, ...) are never in the candidate's globals. `runner`, when given, is
-    harness code run beside them (not in their reach) that defines `run(candidate, tests, report)` and reports the
-    outcome itself (code_eval_semantics.CODE_EVAL_RUNNER). `candidate + "\\n" + tests` is the program as one text."""
+    """A program in two parts: the model's `candidate` runs in `__main__` in a process of its own, the `tests` in
+    the harness's process, calling the candidate's functions with plain data (sandbox_split.py): nothing of the
+    tests or the verdict is in the candidate's reach. `runner`, when given, is harness code that defines
+    `run(candidate, tests, report, remote)` and reports the outcome itself (code_eval_semantics.CODE_EVAL_RUNNER).
+    `candidate + "\\n" + tests` is the program as one text."""
 
     candidate: str
     tests: str
@@ -643,7 +659,8 @@ def execute(program: str | ProgramWithTests, timeout_s: float = 10.0, limits: Li
             cgroup = None
         argv = [*prefix, *python, "-c", _BOOTSTRAP, str(write_fd), str(limits.memory_mb), str(cpu_s),
                 str(limits.file_mb), str(limits.processes), "1" if limits.audit_hook else "0",
-                "1" if limits.site_packages else "0", "1" if isolation == WEAK else "0"]
+                "1" if limits.site_packages else "0", "1" if isolation == WEAK else "0",
+                "1" if isinstance(program, ProgramWithTests) else "0"]
         if cgroup is not None:
             argv = cgroup.join_argv(argv, shutil.which("sh") or "/bin/sh", join_write)
             passed_fds = (*passed_fds, join_write)

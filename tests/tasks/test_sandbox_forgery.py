@@ -249,3 +249,92 @@ def test_published_harness_semantics_are_unchanged_for_the_shadow_run():
                      Limits(site_packages=True, audit_hook=False, package_data=True),
                      wall_timeout_s=kill_after_s())
     assert result.passed, result
+
+
+# ---- frame walks: the verdict is decided in a process the candidate cannot reach -------------------------
+
+
+@pytest.fixture(scope="module")
+def frame_attacks(load_script):
+    script = load_script("forgery_trial")
+    return {kind: script.ATTACKS[kind] for kind in script.FRAME_ATTACKS}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("kind", ["frame_walk", "frame_keys", "traceback_walk", "inspect_stack", "generator_frame",
+                                  "coroutine_frame", "gc_objects"])
+def test_a_frame_walk_cannot_forge_a_pass(frame_attacks, fixtures_dir, mode, kind):
+    """Before the split (scripts/forgery_trial.py on 2d155cf) each walk but gc_objects passed every HumanEval and
+    MBPP problem in both modes: the candidate ran in the harness's interpreter, whose frames hold the report
+    function and the keys. Now the tests run in another process and none of it is in the candidate's reach."""
+    for task_name in ("humaneval", "mbpp"):
+        task = _task(task_name, mode, fixtures_dir)
+        docs = task.docs()[:2]
+        scores = task.score_many([frame_attacks[kind][task_name](d) for d in docs], docs, workers=2)
+        assert [s.correct for s in scores] == [False, False], [s.details for s in scores]
+        assert [s.details["published_passed_ours_failed"] for s in scores] == \
+            [s.details["published_passed"] for s in scores]
+
+
+LIARS = {  # each returns an object whose comparison lies; only plain data crosses to the tests
+    "always_equal": "class E:\n    def __eq__(self, other):\n        return True\ndef f(x):\n    return E()\n",
+    "int_subclass": "class I(int):\n    def __eq__(self, other):\n        return True\ndef f(x):\n    return I(0)\n",
+    "list_subclass": "class L(list):\n    def __eq__(self, other):\n        return True\ndef f(x):\n    return L()\n",
+}
+
+
+@pytest.mark.parametrize("runner", ["main", "code_eval"])
+def test_a_lying_return_value_does_not_cross(runner):
+    from dllm_bench.tasks.code_eval_semantics import code_eval_runner
+
+    code = None if runner == "main" else code_eval_runner(5.0)
+    limits = Limits(audit_hook=runner == "main")
+    results = execute_many([ProgramWithTests(src, CHECK_TESTS, code) for src in LIARS.values()], timeout_s=5,
+                           workers=3, limits=limits, wall_timeout_s=30)
+    assert [r.status for r in results] == ["failed"] * len(LIARS), [(r.status, r.reason) for r in results]
+    assert all("cannot cross to the tests" in (r.reason + r.report) for r in results), [r.reason for r in results]
+
+
+def test_the_candidates_process_cannot_read_or_signal_its_way_into_the_harness():
+    """Paper mode's view (packages, no audit hook: ctypes works): the harness is non-dumpable, so its memory, its
+    /proc files and its file descriptors (the report pipe) are out of a same-uid process's reach."""
+    probe = ("import ctypes, os\ndef f(x):\n    out = []\n    parent = os.getppid()\n"
+             "    for path in ('/proc/%d/mem' % parent, '/proc/%d/environ' % parent, '/proc/%d/fd/3' % parent):\n"
+             "        try:\n            open(path, 'rb').read(1)\n            out.append('read ' + path)\n"
+             "        except OSError:\n            out.append('refused')\n"
+             "    libc = ctypes.CDLL(None, use_errno=True)\n"
+             "    pidfd = libc.syscall(434, parent, 0)\n"  # pidfd_open
+             "    out.append('refused' if pidfd < 0 or libc.syscall(438, pidfd, 3, 0) < 0 else 'took fd 3')\n"
+             "    out.append('refused' if libc.ptrace(16, parent, 0, 0) < 0 else 'attached')\n"  # PTRACE_ATTACH
+             "    return out\n")
+    tests = "assert f(0) == ['refused'] * 5, f(0)\n"
+    result = execute(ProgramWithTests(probe, tests), 5, Limits(site_packages=True, audit_hook=False),
+                     wall_timeout_s=60)
+    assert result.passed, (result.reason, result.stderr[-500:])
+
+
+def test_honest_calls_cross_as_the_tests_expect():
+    """In-place changes to list/dict/set arguments reach the tests, exceptions keep their type for `except`,
+    module globals are the harness's own, and MBPP-style `math.isclose` with the candidate's `math` works."""
+    candidate = ("import math\nfrom collections import Counter, OrderedDict\nLIMIT = 3\n"
+                 "def sort_in_place(xs, table, seen):\n    xs.sort()\n    table['n'] = len(xs)\n    seen.add(1)\n"
+                 "def fail(x):\n    raise KeyError(x)\n"
+                 "def data():\n    return (1, 2.5, -0.0, float('inf'), 10 ** 40, 1j, b'x', {1: [2]}, {3}, frozenset(),\n"
+                 "            Counter('aab'), OrderedDict(a=1), None, True, 'é')\n")
+    tests = ("xs, table, seen = [3, 1, 2], {}, set()\nassert sort_in_place(xs, table, seen) is None\n"
+             "assert (xs, table, seen) == ([1, 2, 3], {'n': 3}, {1})\n"
+             "try:\n    fail('k')\nexcept KeyError as e:\n    assert str(e) == \"'k'\"\nelse:\n    raise AssertionError\n"
+             "from collections import Counter, OrderedDict\n"
+             "assert data() == (1, 2.5, -0.0, float('inf'), 10 ** 40, 1j, b'x', {1: [2]}, {3}, frozenset(),\n"
+             "                  Counter('aab'), OrderedDict(a=1), None, True, 'é')\n"
+             "assert type(data()[10]) is Counter and LIMIT == 3 and math.isclose(math.pi, 3.14159, rel_tol=1e-3)\n")
+    results = execute_many([ProgramWithTests(candidate, tests),
+                            ProgramWithTests(candidate, tests, _code_eval_runner())], timeout_s=5, workers=2,
+                           limits=Limits(audit_hook=True), wall_timeout_s=30)
+    assert [r.status for r in results] == ["passed", "passed"], [(r.reason, r.stderr[-500:]) for r in results]
+
+
+def _code_eval_runner():
+    from dllm_bench.tasks.code_eval_semantics import code_eval_runner
+
+    return code_eval_runner(5.0)
