@@ -136,7 +136,7 @@ def run(candidate, tests, report, remote):
             deadline = clock() + SECONDS
             on_signal(alarm, on_alarm)
             set_timer(real, SECONDS)
-            space = remote.run(candidate, modules=PRELOADED, name="builtins")
+            space = remote.run(candidate, checks, modules=PRELOADED, name="builtins")
             run_code(checks, space)
         finally:
             set_timer(real, 0)

@@ -143,7 +143,7 @@ def _judge(texts, report, describe, remote):
         compile(candidate + "\n" + tests, "program.py", "exec")  # a syntax error reads as in one program
         code = compile(tests, "tests.py", "exec")
         remote.setup()
-        space = remote.run(candidate)
+        space = remote.run(candidate, code)
         exec(code, space)
     except SystemExit:
         report("S")

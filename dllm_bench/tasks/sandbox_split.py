@@ -217,7 +217,7 @@ def _serve(inp, out):
         busy[0] = False
         send(_error_message(error))
         return
-    send({"globals": _manifest(space)})
+    send({"globals": _manifest(space, set(order["names"]))})
 
     def lookup(name):
         if name not in space:
@@ -264,14 +264,14 @@ def _answer(result, args, kwargs):
     return {"value": value, "after": after}
 
 
-def _manifest(space):
-    """What the tests see of the candidate's globals: modules by name, callables and other objects as stand-ins
-    (called in this process), plain data as data."""
+def _manifest(space, names):
+    """What the tests see of the candidate's globals (those named in `names`, the names the tests' code uses):
+    modules by name, callables and other objects as stand-ins (called in this process), plain data as data."""
     import types
 
     entries = []
     for name, value in list(space.items()):
-        if type(name) is not str or name == "__builtins__":
+        if type(name) is not str or name not in names:
             continue
         try:
             if isinstance(value, types.ModuleType):
@@ -303,10 +303,11 @@ class Remote:
         send_message(self.out, {"setup": text, "main": bool(main), "filename": filename})
         self._receive()
 
-    def run(self, candidate, modules=(), name="__main__"):
-        """Run the candidate; returns the tests' namespace, or raises the candidate's exception (as data).
-        Module globals are imported here by name when stdlib or in `modules` (else a stand-in)."""
-        send_message(self.out, {"run": candidate})
+    def run(self, candidate, tests, modules=(), name="__main__"):
+        """Run the candidate; returns the namespace for the code object `tests` (the candidate's globals that it
+        names), or raises the candidate's exception (as data). Module globals are imported here by name when
+        stdlib or in `modules` (else a stand-in)."""
+        send_message(self.out, {"run": candidate, "names": sorted(code_names(tests))})
         reply = self._receive()
         return self._namespace(reply["globals"], modules, name)
 
@@ -394,6 +395,16 @@ class Remote:
             else:
                 space[key] = Global(self, key, info)
         return space
+
+
+def code_names(code):
+    """Every global or attribute name a code object and the code nested in it use (a superset of the globals)."""
+    names, stack = set(), [code]
+    while stack:
+        current = stack.pop()
+        names.update(current.co_names)
+        stack.extend(c for c in current.co_consts if hasattr(c, "co_names"))
+    return names
 
 
 class Global:
