@@ -80,7 +80,7 @@ class ExecutedTask(Task):
             raise ValueError(str(e)) from None
 
     def tests(self, doc: dict) -> str:
-        """The official tests of `doc`, run after the candidate (in a copy of its globals)."""
+        """The official tests of `doc`, run after the candidate (in the harness's process, against its globals)."""
         raise NotImplementedError
 
     def test_setup(self, doc: dict) -> str:

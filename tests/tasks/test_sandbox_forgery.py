@@ -1,8 +1,10 @@
 """Verdicts a completion cannot forge (issue 37), each case through `Task.score_many` in both scoring modes: a
 constant completion that disarms contextlib's redirection, a spy on `globals()['check']`, a copy of the answer
 key from the package data, a neighbour that spins over new sessions, `/tmp` under a venv that lives in /tmp, a
-program that prints the harness's own status words, and the weaker mode's gaps. A forged pass fails here, and
-where the published harness would have passed it, it is counted (`published_passed_ours_failed`)."""
+program that prints the harness's own status words, the weaker mode's gaps, and frame walks (f_back, a traceback's
+tb_frame, inspect.stack, gi_frame, cr_frame, gc) up to the harness, with objects whose `__eq__` lies and native
+reads of the harness's memory. A forged pass fails here, and where the published harness would have passed it,
+it is counted (`published_passed_ours_failed`)."""
 
 from __future__ import annotations
 
