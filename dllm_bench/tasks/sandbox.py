@@ -204,6 +204,17 @@ def _install_hook(roots, native, weak):
 _run()
 """.replace("KEY_BYTES", str(KEY_BYTES)).replace("OUTCOMES", OUTCOMES).replace("MAX_REPORT", str(MAX_REPORT))
 _BOOTSTRAP = Path(__file__).with_name("sandbox_split.py").read_text() + _BOOTSTRAP
+# `python -c LOADER <bootstrap's code> args...`: the bootstrap compiled once here, marshalled (the same interpreter
+# version runs it: this one, or in the weaker mode a system one of the same major.minor), so no sample compiles it
+LOADER = "import marshal, sys; exec(marshal.loads(bytes.fromhex(sys.argv.pop(1))))"
+
+
+@lru_cache(maxsize=1)
+def bootstrap_code() -> str:
+    """The bootstrap's code object, marshalled, as hex (an argv word)."""
+    import marshal
+
+    return marshal.dumps(compile(_BOOTSTRAP, "<sandbox>", "exec", optimize=2)).hex()  # no docstrings: a shorter word
 
 
 class SandboxUnavailable(RuntimeError):
@@ -657,7 +668,7 @@ def execute(program: str | ProgramWithTests, timeout_s: float = 10.0, limits: Li
         if cgroup is not None and "user" in popen_kw:  # the join runs as the sample's uid: it could not
             cgroup.remove()
             cgroup = None
-        argv = [*prefix, *python, "-c", _BOOTSTRAP, str(write_fd), str(limits.memory_mb), str(cpu_s),
+        argv = [*prefix, *python, "-c", LOADER, bootstrap_code(), str(write_fd), str(limits.memory_mb), str(cpu_s),
                 str(limits.file_mb), str(limits.processes), "1" if limits.audit_hook else "0",
                 "1" if limits.site_packages else "0", "1" if isolation == WEAK else "0",
                 "1" if isinstance(program, ProgramWithTests) else "0"]

@@ -98,11 +98,58 @@ def _type_name(value):
         return "an unknown type"
 
 
+def _json_text(tree, quote):
+    """JSON text of a tree of None, bool, int, str, list and str-keyed dict (what encode_value and the messages
+    hold), by CPython's `_json` string quoting: the `json` package's import (with `re`) costs more than a sample's
+    messages do."""
+    if tree is None:
+        return "null"
+    if tree is True or tree is False:
+        return "true" if tree else "false"
+    if type(tree) is int:
+        return str(tree)
+    if type(tree) is str:
+        return quote(tree)
+    if type(tree) is list:
+        return "[" + ",".join([_json_text(v, quote) for v in tree]) + "]"
+    return "{" + ",".join([quote(k) + ":" + _json_text(v, quote) for k, v in tree.items()]) + "}"
+
+
+def _codec():
+    """(dumps, loads) for the messages: `_json`'s C quoting and scanner, or the `json` package where it is absent."""
+    try:
+        import _json
+    except ImportError:
+        import json
+
+        return lambda tree: json.dumps(tree, separators=(",", ":")), json.loads
+
+    class Strict:
+        strict, object_hook, object_pairs_hook, parse_float, parse_int, memo = True, None, None, float, int, {}
+
+        def parse_constant(self, name):
+            raise ValueError(f"not plain data: {name}")
+
+    scan, quote = _json.make_scanner(Strict()), _json.encode_basestring_ascii
+
+    def loads(text):
+        tree, end = scan(text, 0)
+        if end != len(text):
+            raise ValueError("a message with trailing data")
+        return tree
+
+    return lambda tree: _json_text(tree, quote), loads
+
+
+CODEC = []  # (dumps, loads), made on first use
+
+
 def send_message(fd, message):
-    import json
     import os
 
-    data = json.dumps(message, separators=(",", ":")).encode("ascii")
+    if not CODEC:
+        CODEC.extend(_codec())
+    data = CODEC[0](message).encode("ascii")
     data = b"%012d" % len(data) + data
     view = memoryview(data)
     while view:
@@ -111,13 +158,13 @@ def send_message(fd, message):
 
 def receive_message(fd):
     """The next message, or None at end of file (the other process ended)."""
-    import json
-
+    if not CODEC:
+        CODEC.extend(_codec())
     head = _read_exactly(fd, FRAME_HEADER)
     if head is None or not head.isdigit():
         return None
     body = _read_exactly(fd, int(head))
-    return None if body is None else json.loads(body)
+    return None if body is None else CODEC[1](body.decode("ascii"))
 
 
 def _read_exactly(fd, size):

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dllm_bench.tasks.sandbox_split import CROSSING_DEPTH, Uncrossable, decode_value, encode_value
+from dllm_bench.tasks.sandbox import bootstrap_code
+from dllm_bench.tasks.sandbox_split import CROSSING_DEPTH, Uncrossable, _codec, decode_value, encode_value
 
 SCALARS = st.none() | st.booleans() | st.integers() | st.integers(min_value=-(10 ** 60), max_value=10 ** 60) \
     | st.floats(allow_nan=False) | st.text(max_size=8) | st.binary(max_size=8) | st.complex_numbers(allow_nan=False)
@@ -39,16 +40,32 @@ def _same(a, b) -> bool:
     return a == b and (not isinstance(a, float) or math.copysign(1, a) == math.copysign(1, b))
 
 
+DUMPS, LOADS = _codec()
+
+
 @settings(max_examples=300, deadline=None)
 @given(VALUES)
 def test_plain_data_crosses_unchanged(value):
-    tree = json.loads(json.dumps(encode_value(value)))  # the pipe carries JSON text
-    assert _same(decode_value(tree), value)
+    text = DUMPS({"value": encode_value(value)})  # the pipe carries JSON text
+    assert json.loads(text) == LOADS(text)  # the C scanner reads what the json package reads
+    assert _same(decode_value(LOADS(text)["value"]), value)
+
+
+def test_a_message_is_one_json_value():
+    with pytest.raises(ValueError):
+        LOADS('{"value":1}{"value":2}')
+    with pytest.raises(ValueError):
+        LOADS('{"value":NaN}')
+
+
+def test_the_bootstrap_fits_one_argv_word():
+    """The kernel refuses an argv word over MAX_ARG_STRLEN (32 pages: 131072 bytes) with E2BIG."""
+    assert len(bootstrap_code()) < 131072
 
 
 def test_nan_infinities_and_signed_zero_cross():
     for x in (float("nan"), float("inf"), -float("inf"), -0.0, 5e-324):
-        assert _same(decode_value(json.loads(json.dumps(encode_value(x)))), x)
+        assert _same(decode_value(LOADS(DUMPS(encode_value(x)))), x)
 
 
 class _Liar:
