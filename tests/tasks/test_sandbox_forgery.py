@@ -340,3 +340,17 @@ def _code_eval_runner():
     from dllm_bench.tasks.code_eval_semantics import code_eval_runner
 
     return code_eval_runner(5.0)
+
+
+def test_the_weaker_mode_splits_too(frame_attacks, monkeypatch):
+    """With the opted-in weaker mode (no bwrap) the candidate runs in its own process as well: a frame walk finds
+    no report function, an honest candidate passes."""
+    monkeypatch.setattr(sandbox, "isolation_unavailable_reason", lambda: "simulated")
+    if os.geteuid() == 0 and sandbox._weak_python() is None:
+        pytest.skip("the weaker mode refuses here (no interpreter an unprivileged uid can read)")
+    walk = frame_attacks["frame_walk"]["mbpp"]({"test_list": ["assert f(1) == 2"]})
+    results = execute_many([ProgramWithTests(walk, CHECK_TESTS), ProgramWithTests("def f(x):\n    return x + 1\n",
+                                                                                  CHECK_TESTS)],
+                           timeout_s=5, workers=2, allow_unisolated=True, wall_timeout_s=30)
+    assert [r.isolation for r in results] == ["rlimits+audit"] * 2
+    assert [r.status for r in results] == ["failed", "passed"], [(r.status, r.reason) for r in results]
