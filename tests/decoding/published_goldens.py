@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
@@ -33,3 +34,18 @@ def puzzle_prompts(flavour: str = "llada") -> dict[str, list[int]]:
     """sample_id -> chat-templated prompt ids of every held-out puzzle."""
     rows = [json.loads(line) for line in PUZZLES.read_text().splitlines()]
     return {r["sample_id"]: prompt_ids(tiny_model(flavour).tokenizer, r["puzzle"]) for r in rows}
+
+
+def covering_settings(settings: list[dict], paths: Callable[[dict], dict]) -> frozenset[int]:
+    """The replays' default subset of a golden's settings: a few in which every code-path value ``paths`` names
+    (a rule, a loop, a cache or none, one block or several, ...) occurs at least once, chosen greedily (the setting
+    adding the most values not yet covered, ties by index); ``-m exhaustive`` replays every setting."""
+    values = [{(k, json.dumps(v, sort_keys=True)) for k, v in paths(s).items()} for s in settings]
+    covered: set = set()
+    chosen: set[int] = set()
+    while True:
+        gain, best = max((len(v - covered), -i) for i, v in enumerate(values))
+        if gain == 0:
+            return frozenset(chosen)
+        chosen.add(-best)
+        covered |= values[-best]

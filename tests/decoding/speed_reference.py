@@ -73,9 +73,10 @@ def digest(tokens: torch.Tensor, nfe: list[int]) -> dict:
     return {"tokens": _sha(tokens), "nfe": _sha(torch.tensor(nfe)), "nfe_total": int(sum(nfe))}
 
 
-def tiny_runs(flavour: str, limit: int | None = None, current: bool = False) -> dict[str, dict]:
+def tiny_runs(flavour: str, limit: int | None = None, current: bool = False,
+              only: set[str] | None = None) -> dict[str, dict]:
     """Digests of every covered setting on one shipped checkpoint (the 500 puzzles in one batch); ``current``:
-    today's confidence rule and every cache mode."""
+    today's confidence rule and every cache mode; ``only``: just the settings of these ``flavour/name/cache`` keys."""
     model = load_model(CHECKPOINTS / f"tiny_{flavour}", device="cpu", dtype="float32")
     rows = SudokuTask(limit=limit).docs()
     prompts, _ = encode_batch(model.tokenizer, model.config, [r["puzzle"] for r in rows],
@@ -88,13 +89,15 @@ def tiny_runs(flavour: str, limit: int | None = None, current: bool = False) -> 
     out = {}
     for name, (policy, pparams, selector, sparams) in settings.items():
         for cache in caches if policy != "dream" else ("none",):
+            if only is not None and f"{flavour}/{name}/{cache}" not in only:
+                continue
             block = DEFAULT_GEN_LENGTH if policy == "dream" else TINY_BLOCK
             decoding = Decoding(DEFAULT_GEN_LENGTH, block, build_policy(policy, **pparams),
                                 build_selector(selector, **sparams) if selector else None,
                                 build_cache(cache, **RECORDED_CACHE_PARAMS.get(cache, {})), early_stop=True)
             res = generate(model, prompts, torch.ones_like(prompts), DecodeSpec(decoding, confidence))
             out[f"{flavour}/{name}/{cache}"] = digest(res.tokens, [r.nfe for r in res.records])
-    if flavour == "llada":  # the sampled path (Gumbel noise per row)
+    if flavour == "llada" and (only is None or "llada/sequential_t0.7/none" in only):  # the sampled path (Gumbel noise per row)
         decoding = Decoding(DEFAULT_GEN_LENGTH, TINY_BLOCK, build_policy("blocks", steps=DEFAULT_GEN_LENGTH),
                             build_selector("topk"))
         sampling = Sampling(confidence_mask_in_softmax=confidence.confidence_mask_in_softmax, temperature=0.7,

@@ -4,7 +4,8 @@
   recorded from Fast-dLLM's Dream files under each ATen kernel width; how: the file's ``note``); the logits themselves are pinned in
   tests/models/test_published_logits.py.
 - Every policy x rule x cache decodes to the end in bf16, and a batch decodes each prompt as it decodes alone:
-  the Fast-dLLM / SlowFast / dLLM-Cache matrix in full; every other policy, rule and cache option once, in the
+  the Fast-dLLM / SlowFast / dLLM-Cache matrix in full under ``-m exhaustive``, by default each of its rules once per
+  flavour (the caches in turn, so each cache several times) and the fast lane's settings; every other policy, rule and cache option once, in the
   setting the methods accept and on each flavour it runs on (``dllm_bench.runner.combinations.exercises``).
   That holds for rows of equal length (no padding), which is how these prompts batch. A left-padded row is not
   bit-identical: its attention sums over more keys (the padded ones weigh 0), the kernel blocks the sums
@@ -99,9 +100,11 @@ def _decode(flavour: str, setting: tuple, cache_name: str, ids: torch.Tensor):
 
 def _cases():
     for flavour, rules in (("llada", RULES), ("dream", {**RULES, **DREAM_RULES})):
-        for name in rules:
+        for i, name in enumerate(rules):
             for cache_name in CACHES if name != "dream_threshold" else ("none",):  # that policy refuses a cache
-                marks = [] if (flavour, name, cache_name) in FAST else [pytest.mark.slow]
+                in_turn = cache_name == (list(CACHES)[i % len(CACHES)] if name != "dream_threshold" else "none")
+                marks = ([] if (flavour, name, cache_name) in FAST else [pytest.mark.slow] if in_turn
+                         else [pytest.mark.exhaustive])
                 yield pytest.param(flavour, name, cache_name, marks=marks, id=f"{flavour}-{name}-{cache_name}")
 
 

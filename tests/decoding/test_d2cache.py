@@ -4,8 +4,9 @@ Goldens (``tests/fixtures/d2cache_published.json``; how: its ``source`` field) h
 the published decoder's answer ids and NFE on the tiny LLaDA and Dream checkpoints (certainty-prior decoding with and without
 d2Cache, semi-AR with inflation, threshold); each puzzle is decoded alone, as published (batch 1). The batch goldens
 (``tests/fixtures/d2cache_batch_published.json``) decode batches of 4 across several blocks, where the published
-loop tops up the rows' queries and holds a row whose block is full: ``top_up=True`` reproduces both. The first
-puzzles of every setting run by default, ``-m exhaustive`` all of them. The reference tests recompute the density,
+loop tops up the rows' queries and holds a row whose block is full: ``top_up=True`` reproduces both. By default
+the first puzzles of the settings that cover every code path (published_goldens.covering_settings: each model, rule,
+one block or several, d2Cache or none, with inflation or without), ``-m exhaustive`` every setting on all of them. The reference tests recompute the density,
 the nucleus, the inflation and the rollout with plain loops.
 """
 
@@ -36,6 +37,7 @@ from dllm_bench.models.cache.rollout import rollout_step
 from dllm_bench.tiny.encoding import prompt_ids
 
 from .machine_goldens import NEAR_TIE, decision_margin, same_machine
+from .published_goldens import covering_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = json.loads((ROOT / "tests" / "fixtures" / "d2cache_published.json").read_text())
@@ -43,6 +45,17 @@ GOLDEN_DREAM = json.loads((ROOT / "tests" / "fixtures" / "d2cache_dream_publishe
 GOLDEN_BATCH = json.loads((ROOT / "tests" / "fixtures" / "d2cache_batch_published.json").read_text())
 PUZZLES = ROOT / "dllm_bench" / "tasks" / "sudoku_data" / "sudoku_test.jsonl"
 DEFAULT_PUZZLES = 2
+
+
+def _paths(setting: dict) -> dict:
+    rule = "threshold" if setting.get("threshold") is not None else "certainty_prior" if setting.get("sigma") else "topk"
+    c = setting["cache"]
+    return {"flavour": setting.get("flavour"), "rule": rule, "block": setting["block_length"] < setting["gen_length"],
+            "cache": "none" if c is None else "inflated" if c["inflate_w"] else "d2cache"}
+
+
+DEFAULT_SETTINGS = {name: covering_settings(golden["settings"], _paths)
+                    for name, golden in (("tiny_llada", GOLDEN), ("tiny_dream", GOLDEN_DREAM), ("batch", GOLDEN_BATCH))}
 
 
 @cache
@@ -87,7 +100,7 @@ def _case(name: str, i: int, setting: dict, full: bool):
 
 @pytest.mark.parametrize(("name", "index", "full"), [
     _case(name, i, s, f) for name, golden in (("tiny_llada", GOLDEN), ("tiny_dream", GOLDEN_DREAM))
-    for i, s in enumerate(golden["settings"]) for f in (False, True)])
+    for i, s in enumerate(golden["settings"]) for f in (False, True) if f or i in DEFAULT_SETTINGS[name]])
 def test_d2cache_decodes_as_its_published_code(name, index, full):
     setting = (GOLDEN if name == "tiny_llada" else GOLDEN_DREAM)["settings"][index]
     rows = setting["puzzles"] if full else setting["puzzles"][:DEFAULT_PUZZLES]
@@ -172,7 +185,7 @@ def _batch_label(setting: dict) -> str:
 
 @pytest.mark.parametrize(("index", "full"), [
     pytest.param(i, f, id=_batch_label(s) + ("-all" if f else ""), marks=[pytest.mark.exhaustive] if f else [])
-    for i, s in enumerate(GOLDEN_BATCH["settings"]) for f in (False, True)])
+    for i, s in enumerate(GOLDEN_BATCH["settings"]) for f in (False, True) if f or i in DEFAULT_SETTINGS["batch"]])
 def test_top_up_decodes_batches_as_the_published_loop(index, full):
     """Batches of 4 over several blocks: each row's answer, and the batch's forwards as every row's NFE (a row
     waiting at a block end is counted, as the published batch counts its forwards). Off the recording machine only

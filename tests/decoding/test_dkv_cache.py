@@ -1,7 +1,9 @@
 """dKV-Cache-Decode decodes as its published code does, counts what it computes, and refuses what that code never
 ran. Goldens: ``tests/fixtures/dkv_published.json`` (LLaDA) and ``dkv_dream_published.json`` (Dream; how they were
 recorded: their ``source`` field), a hash of the published answer ids and the NFE per setting and held-out puzzle;
-the first puzzles of every setting run by default (one batch per setting), ``-m exhaustive`` replays all of them."""
+by default the first puzzles of the settings that cover every code path (published_goldens.covering_settings: one
+block or several, fewer steps than tokens, a refresh every step, within a block or at/after its end; Dream: each
+algorithm), one batch per setting; ``-m exhaustive`` replays every setting on all of its puzzles."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from dllm_bench.decoding import (
 )
 
 from .conftest import prompts_for
-from .published_goldens import answer_hash
+from .published_goldens import answer_hash, covering_settings
 from .published_goldens import puzzle_prompts as _prompts
 from .published_goldens import tiny_model as _model
 
@@ -33,6 +35,15 @@ GOLDEN = json.loads((ROOT / "tests" / "fixtures" / "dkv_published.json").read_te
 DREAM_GOLDEN = json.loads((ROOT / "tests" / "fixtures" / "dkv_dream_published.json").read_text())
 DEFAULT_PUZZLES = 4
 DREAM_DEFAULT_PUZZLES = 4
+
+
+def _refresh(every: int, block: int) -> str:
+    return "every step" if every == 1 else "within a block" if every < block else "at or after a block's end"
+
+
+DEFAULT_SETTINGS = covering_settings(GOLDEN["settings"], lambda s: {
+    "block": s["block_length"], "steps": s["steps"], "refresh": _refresh(s["refresh_every"], s["block_length"])})
+DREAM_DEFAULT_SETTINGS = covering_settings(DREAM_GOLDEN["settings"], lambda s: {"alg": s["alg"]})
 
 
 def _spec(setting: dict, gen_length: int) -> DecodeSpec:
@@ -46,7 +57,8 @@ def _case(i: int, setting: dict, full: bool):
                         marks=[pytest.mark.exhaustive] if full else [pytest.mark.slow])
 
 
-@pytest.mark.parametrize("index,full", [_case(i, s, f) for i, s in enumerate(GOLDEN["settings"]) for f in (False, True)])
+@pytest.mark.parametrize("index,full", [_case(i, s, f) for i, s in enumerate(GOLDEN["settings"]) for f in (False, True)
+                                        if f or i in DEFAULT_SETTINGS])
 def test_tiny_llada_decodes_as_the_published_code(index, full):
     setting = GOLDEN["settings"][index]
     cases = setting["cases"] if full else setting["cases"][:DEFAULT_PUZZLES]
@@ -63,7 +75,7 @@ def _dream_case(i: int, setting: dict, full: bool):
 
 
 @pytest.mark.parametrize("index,full", [_dream_case(i, s, f) for i, s in enumerate(DREAM_GOLDEN["settings"])
-                                        for f in (False, True)])
+                                        for f in (False, True) if f or i in DREAM_DEFAULT_SETTINGS])
 def test_tiny_dream_decodes_as_the_published_code(index, full):
     """Dream's loop (``diffusion_generate``, cache_type 'decoded'): the published softmax is float32, so the
     confidence is taken in the logits' dtype."""

@@ -1,7 +1,9 @@
 """dKV-Cache-Greedy (``cache=dkv_greedy``, ``rule=random_order``) decodes as its published code does, counts what that
 code computes, and refuses what it never ran. Goldens: ``tests/fixtures/dkv_greedy_published.json`` (how they were
 recorded: its ``source``), a hash of the published answer ids and the NFE per setting and held-out puzzle, each
-decoded alone; the first puzzles of every setting run by default, ``-m exhaustive`` replays all of them."""
+decoded alone; by default the first puzzles of the settings that cover every code path (published_goldens.
+covering_settings: one block or several, fewer steps than tokens, the cache off or on with a refresh every step or
+every n and a window or none, each seed), ``-m exhaustive`` every setting on all of its puzzles."""
 
 from __future__ import annotations
 
@@ -25,13 +27,16 @@ from dllm_bench.decoding import (
 )
 from dllm_bench.decoding.caches.dkv_greedy import window_neighbours
 
-from .published_goldens import answer_hash
+from .published_goldens import answer_hash, covering_settings
 from .published_goldens import puzzle_prompts as _prompts
 from .published_goldens import tiny_model as _model
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = json.loads((ROOT / "tests" / "fixtures" / "dkv_greedy_published.json").read_text())
 DEFAULT_PUZZLES = 1
+DEFAULT_SETTINGS = covering_settings(GOLDEN["settings"], lambda s: {
+    "block": s["block_length"], "steps": s["steps"], "seed": s["seed"], "cache": "off" if not s["enable_cache"] else
+    f"refresh {'every step' if s['refresh_every'] == 1 else 'every n'}, {'a' if s['window'] else 'no'} window"})
 
 
 def _spec(setting: dict, gen_length: int) -> DecodeSpec:
@@ -48,7 +53,8 @@ def _case(i: int, setting: dict, full: bool):
     return pytest.param(i, full, id=label + ("-all" if full else ""), marks=[pytest.mark.exhaustive] if full else [])
 
 
-@pytest.mark.parametrize("index,full", [_case(i, s, f) for i, s in enumerate(GOLDEN["settings"]) for f in (False, True)])
+@pytest.mark.parametrize("index,full", [_case(i, s, f) for i, s in enumerate(GOLDEN["settings"]) for f in (False, True)
+                                        if f or i in DEFAULT_SETTINGS])
 def test_tiny_llada_decodes_as_the_published_code(index, full):
     """Each puzzle alone, as recorded (the published order draw is ``torch.rand((B, L))`` over the whole batch)."""
     setting = GOLDEN["settings"][index]

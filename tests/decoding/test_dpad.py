@@ -2,8 +2,9 @@
 plain block policy when nothing is dropped.
 
 The goldens (``tests/fixtures/dpad_published.json``; how: its ``source`` field) hold, per setting and held-out
-puzzle, a hash of the published answer ids and its NFE. The first puzzles of every setting run by default;
-``-m exhaustive`` replays all of them.
+puzzle, a hash of the published answer ids and its NFE. By default the first puzzles of the settings that cover
+every code path (published_goldens.covering_settings: each rule, loop, answer length, a full or narrow suffix window,
+early termination on and off); ``-m exhaustive`` replays every setting on all of its puzzles.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dllm_bench.decoding.rules import build_rule
 from dllm_bench.decoding.suffix_dropout import SuffixSampler, keep_probability
 from dllm_bench.models import load_model
 
-from .published_goldens import answer_hash
+from .published_goldens import answer_hash, covering_settings
 from .published_goldens import puzzle_prompts as _prompts
 from .published_goldens import tiny_model as _model
 
@@ -28,6 +29,9 @@ ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = json.loads((ROOT / "tests" / "fixtures" / "dpad_published.json").read_text())
 DEFAULT_PUZZLES = 4
 LOOP_CACHE = {"generate": "none", "generate_with_prefix_cache": "prefix", "generate_with_dual_cache": "dual"}
+DEFAULT_SETTINGS = covering_settings(GOLDEN["settings"], lambda s: {
+    "rule": s["rule"], "loop": s["loop"], "gen_length": s["gen_length"],
+    "window": "full" if s["suffix_window"] >= s["gen_length"] else "narrow", "ends early": s["early_termination"]})
 
 
 def _spec(setting: dict) -> DecodeSpec:
@@ -47,7 +51,7 @@ def _case(i: int, s: dict, full: bool):
 
 
 @pytest.mark.parametrize(("index", "full"), [_case(i, s, f) for i, s in enumerate(GOLDEN["settings"])
-                                             for f in (False, True)])
+                                             for f in (False, True) if f or i in DEFAULT_SETTINGS])
 def test_dpad_decodes_as_its_published_code(index, full):
     setting = GOLDEN["settings"][index]
     rows = setting["puzzles"] if full else setting["puzzles"][:DEFAULT_PUZZLES]

@@ -1,8 +1,10 @@
 """Sparse-dLLM decodes as its published code does, and its pruning is the maths it states.
 
 Goldens (``tests/fixtures/sparse_dllm_published.json``; how: its ``source`` field) hold, per setting and held-out
-puzzle, the published decoder's answer ids and NFE on the tiny LLaDA checkpoint; the first puzzles of every setting
-run by default (one batch per setting), ``-m exhaustive`` all of them. The reference test recomputes the kept
+puzzle, the published decoder's answer ids and NFE on the tiny LLaDA checkpoint; by default the first puzzles of
+the settings that cover every code path (published_goldens.covering_settings: one block or several, fewer steps than
+tokens, pooled or raw importance; the keep ratio is a number in the same code), one batch per setting,
+``-m exhaustive`` every setting on all of its puzzles. The reference test recomputes the kept
 positions with plain loops.
 """
 
@@ -18,12 +20,14 @@ from dllm_bench.decoding import DecodeSpec, Decoding, Sampling, build_cache, bui
 from dllm_bench.decoding.rules import build_rule
 from dllm_bench.models.cache.pruned import block_importance, kept_positions
 
+from .published_goldens import covering_settings, tiny_model
 from .published_goldens import puzzle_prompts as _prompts
-from .published_goldens import tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = json.loads((ROOT / "tests" / "fixtures" / "sparse_dllm_published.json").read_text())
 DEFAULT_PUZZLES = 4
+DEFAULT_SETTINGS = covering_settings(GOLDEN["settings"], lambda s: {
+    "block": s["block_length"], "steps": s["steps"], "pooled": s["kernel_size"] is not None})
 
 
 def _model():
@@ -48,7 +52,7 @@ def _case(i: int, setting: dict, full: bool):
 
 
 @pytest.mark.parametrize(("index", "full"), [_case(i, s, f) for i, s in enumerate(GOLDEN["settings"])
-                                             for f in (False, True)])
+                                             for f in (False, True) if f or i in DEFAULT_SETTINGS])
 def test_sparse_dllm_decodes_as_its_published_code(index, full):
     setting = GOLDEN["settings"][index]
     rows = setting["puzzles"] if full else setting["puzzles"][:DEFAULT_PUZZLES]

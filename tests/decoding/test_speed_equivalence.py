@@ -2,7 +2,8 @@
 (``tests/fixtures/speed_tokens.json``, written by ``tests/decoding/speed_reference.py`` on the earlier engine):
 ``first100``/``all500``/``vocab`` before the first speed round, ``current``/``current_vocab`` before the second
 (its dLLM-Cache entries again after issue 31's V-verify ranking). The same digests under every ATEN_CPU_CAPABILITY
-(``make test-cpu-capabilities``)."""
+(``make test-cpu-capabilities``). By default the ``current`` entries that cover each rule and each cache once per
+checkpoint (published_goldens.covering_settings), each decoded alone; ``-m exhaustive`` every entry."""
 
 from __future__ import annotations
 
@@ -13,27 +14,33 @@ import pytest
 import torch
 
 from . import speed_reference as ref
+from .published_goldens import covering_settings
 
 RECORDED = json.loads(ref.FIXTURE.read_text())
+CURRENT = [dict(zip(("flavour", "name", "cache"), k.split("/")[1:], strict=True)) for k in sorted(RECORDED)
+           if k.startswith("current/")]
+DEFAULT_KEYS = {"current/{flavour}/{name}/{cache}".format(**CURRENT[i]) for i in covering_settings(
+    CURRENT, lambda s: {"rule": (s["flavour"], s["name"]), "cache": (s["flavour"], s["cache"])})}
 
 
 @cache
-def _tiny(flavour: str, limit: int | None, current: bool = False) -> dict:
+def _tiny(flavour: str, limit: int | None, current: bool, key: str) -> dict:
     with torch.no_grad():
-        return ref.tiny_runs(flavour, limit, current=current)
+        return ref.tiny_runs(flavour, limit, current=current, only={key})
 
 
 def _tiny_case(key: str):
-    # make test: today's engine on 100 puzzles (``current``); the earlier confidence rule's 100 (``first100``) are
-    # the first fifth of its 500 (``all500``), replayed with them under -m exhaustive
-    tag, flavour, name, cache = key.split("/")
-    return pytest.param(key, marks=[pytest.mark.exhaustive] if tag in ("all500", "first100") else [], id=key)
+    # make test: today's engine on 100 puzzles (``current``), the entries covering each rule and cache; the earlier
+    # confidence rule's 100 (``first100``) are the first fifth of its 500 (``all500``), replayed with the other
+    # ``current`` entries under -m exhaustive
+    return pytest.param(key, marks=[] if key in DEFAULT_KEYS else [pytest.mark.exhaustive], id=key)
 
 
 @pytest.mark.parametrize("key", [_tiny_case(k) for k in sorted(RECORDED) if "vocab/" not in k])
 def test_tiny_checkpoints_decode_as_recorded(key):
     tag, flavour, name, cache = key.split("/")
-    got = _tiny(flavour, None if tag == "all500" else 100, tag == "current")[f"{flavour}/{name}/{cache}"]
+    setting = f"{flavour}/{name}/{cache}"
+    got = _tiny(flavour, None if tag == "all500" else 100, tag == "current", setting)[setting]
     assert got == RECORDED[key]
 
 

@@ -1,6 +1,8 @@
 """WINO (revokable decoding with a shadow block): goldens recorded by running the published ``decoding_wino`` beside
 ours on the tiny LLaDA checkpoint (``tests/fixtures/wino_published.json``; how: its ``source`` field), the
-network's pair-mask path against prefix forwards, a reference step written here, accounting and refusals.
+network's pair-mask path against prefix forwards, a reference step written here, accounting and refusals. By
+default the goldens' first puzzles of the settings that cover one block and several (published_goldens.
+covering_settings; the thresholds are numbers in the same code), ``-m exhaustive`` every setting on all puzzles.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dllm_bench.decoding.config import build_selector
 from dllm_bench.models import load_model
 
 from .conftest import left_pad, prompts_for
-from .published_goldens import answer_hash
+from .published_goldens import answer_hash, covering_settings
 from .published_goldens import puzzle_prompts as _prompts
 from .published_goldens import tiny_model as _model
 from .spec_kwargs import spec_generate
@@ -33,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = json.loads((ROOT / "tests" / "fixtures" / "wino_published.json").read_text())
 DEFAULT_PUZZLES = 4
 NARROW_OUT_PUZZLES = 12  # the first puzzles whose decodes revoke a token
+DEFAULT_SETTINGS = covering_settings(GOLDEN["settings"], lambda s: {"block": s["block_length"]})
 
 
 def _spec(setting: dict, trace: bool = False) -> DecodeSpec:
@@ -47,7 +50,7 @@ def _case(i: int, setting: dict, full: bool):
 
 
 @pytest.mark.parametrize(("index", "full"), [_case(i, s, f) for i, s in enumerate(GOLDEN["settings"])
-                                             for f in (False, True)])
+                                             for f in (False, True) if f or i in DEFAULT_SETTINGS])
 def test_wino_decodes_as_its_published_code(index, full):
     setting = GOLDEN["settings"][index]
     rows = setting["puzzles"] if full else setting["puzzles"][:DEFAULT_PUZZLES]
