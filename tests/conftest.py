@@ -68,7 +68,12 @@ def golden_definitions(path: Path) -> frozenset[str]:
         name = name if name is not None else attr
         return helper.is_file() and helper != path and bool(name) and name in golden_definitions(helper)
 
-    golden = {k for k, node in defs.items() if any(n in ast.get_source_segment(source, node) for n in names)}
+    lines = source.splitlines()  # ast.get_source_segment splits the whole file on every call: 100 s a collection
+
+    def text(node: ast.AST) -> str:
+        return "\n".join(lines[node.lineno - 1:node.end_lineno])
+
+    golden = {k for k, node in defs.items() if any(n in text(node) for n in names)}
     while True:
         more = {k for k, node in defs.items() if k not in golden
                 and any(u in golden or imported_golden(u) for u in _uses(node))}
