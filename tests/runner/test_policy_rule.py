@@ -90,7 +90,7 @@ def test_pair_runs_or_is_refused_with_its_reason(policy, rule, tmp_path):
         return
     row = execute(cfg)
     assert row["n_samples"] == 2 and row["nfe_mean"] >= 1
-    assert row["policy.name"] == validate_config(cfg)["policy"]["name"] and row["rule.name"] == rule
+    assert row["policy.name"] == validate_config(cfg).policy.name and row["rule.name"] == rule
 
 
 @pytest.mark.slow

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.fast  # the inner loop: make test-fast
 
 @pytest.fixture()
 def run_config(compose_cfg):
-    """overrides -> the validated plain config of `dllm-bench <overrides>`."""
+    """overrides -> the validated typed config of `dllm-bench <overrides>`."""
     return lambda *overrides: validate_config(compose_cfg("progress=false", *overrides))
 
 

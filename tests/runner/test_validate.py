@@ -10,6 +10,7 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException, MissingConfigException
 
 from dllm_bench.runner.config import CONF_DIR
+from dllm_bench.runner.run_config import RunConfig
 from dllm_bench.runner.validate import ConfigError, validate_config
 
 pytestmark = pytest.mark.fast  # the inner loop: make test-fast
@@ -26,7 +27,7 @@ def compose_config(*overrides: str):
     return compose("config", overrides=list(overrides))
 
 
-def check(overrides: list[str], *extra: str) -> dict:
+def check(overrides: list[str], *extra: str) -> RunConfig:
     return validate_config(compose_config(*overrides, *extra))
 
 
@@ -37,7 +38,7 @@ def rejects(overrides: list[str], *extra: str, match: str) -> None:
 
 def test_defaults_are_valid(llada_overrides):
     c = check(llada_overrides)
-    assert c["task"]["name"] == "sudoku" and c["policy"]["name"] == "blocks" and c["rule"]["name"] == "threshold"
+    assert c.task.name == "sudoku" and c.policy.name == "blocks" and c.rule.name == "threshold"
 
 
 def test_unknown_group_option_lists_choices():
@@ -89,7 +90,7 @@ def test_delta_outside_unit_interval(llada_overrides, delta):
 
 
 def test_delta_zero_allowed(llada_overrides):
-    assert check(llada_overrides, "rule=frechet", "rule.delta=0.0")["rule"]["delta"] == 0.0
+    assert check(llada_overrides, "rule=frechet", "rule.delta=0.0").rule.params["delta"] == 0.0
 
 
 @pytest.mark.parametrize("tau", ["0.0", "1.01", "-1"])
@@ -157,7 +158,7 @@ def test_dream_policy_needs_steps(tiny_dream_dir):
 
 
 def test_confidence_mask_in_softmax_is_a_boolean(llada_overrides):
-    assert check(llada_overrides)["confidence_mask_in_softmax"] is True
+    assert check(llada_overrides).confidence_mask_in_softmax is True
     rejects(llada_overrides, "confidence_mask_in_softmax=sometimes", match=r"confidence_mask_in_softmax='sometimes'")
 
 
@@ -194,7 +195,7 @@ def test_bad_count_rule_lists_choices(llada_overrides):
 
 def test_hub_id_accepted_without_download(tmp_path):
     c = check(["model=llada_8b_instruct", "gen_length=256", "block_length=32"])
-    assert c["model"]["name_or_path"] == "GSAI-ML/LLaDA-8B-Instruct"
+    assert c.model.name_or_path == "GSAI-ML/LLaDA-8B-Instruct"
 
 
 def test_config_json_readable_for_flavour(tiny_llada_dir):
