@@ -81,8 +81,8 @@ class DecodingStats:
 # gen_length=None: each request's max_gen_toks in whole blocks.
 ADAPTER_DEFAULTS = {"gen_length": 256, "block_length": 32, "early_stop": False}
 # model_args of earlier releases -> the runner key that replaced each
-OLD_NAMES = {"selector": "rule", "delta": "rule.delta", "tau": "rule.tau", "f": "rule.f", "steps": "policy.steps",
-             "refresh_every": "cache.refresh_every", "dtype": "model.dtype", "chat": "model.chat"}
+OLD_NAMES = {"selector": "rule", "delta": "rule.delta", "tau": "rule.threshold", "f": "rule.f",
+             "steps": "policy.steps", "refresh_every": "cache.refresh_every", "dtype": "model.dtype", "chat": "model.chat"}
 # runner keys that choose documents or output: lm-eval's own options (--tasks, --limit, --output_path) do that
 NOT_FOR_LM_EVAL = ("task", "name", "output_dir", "limit", "offset", "trace", "progress", "warmup", "timing_docs",
                    "num_threads", "count_rule")

@@ -26,6 +26,7 @@ from dllm_bench.runner.config import to_container
 from dllm_bench.runner.errors import ConfigError
 from dllm_bench.runner.paths import check_output_location
 from dllm_bench.runner.positions import check_answer_fits, model_positions
+from dllm_bench.runner.renames import refusal, renamed_key
 from dllm_bench.runner.run_config import RunConfig
 from dllm_bench.runner.settings import (
     BACKENDS,
@@ -64,7 +65,11 @@ def _choice(key: str, value: Any, choices: Iterable[Any]) -> None:
 
 def _unknown(prefix: str, where: str, values: dict[str, Any], allowed: Iterable[str]) -> None:
     allowed = sorted(allowed)
+    group, option = prefix.rstrip("."), values.get("name")
     for key in sorted(values):
+        renamed = renamed_key(group, str(option), key)
+        if renamed is not None and key not in allowed:
+            raise ConfigError(refusal(renamed, values[key]))
         if key not in allowed:
             renamed = f" ({key} is now {RENAMED[key]}: {RENAMED[key]}={values[key]})" if key in RENAMED else ""
             _fail(f"{prefix}{key}", values[key], f"unknown key {where}{renamed}; allowed: {', '.join(allowed)}")
