@@ -39,8 +39,9 @@ from dllm_bench.runner.compose import compose_run_config
 from dllm_bench.runner.config import CONF_DIR, to_container
 from dllm_bench.runner.errors import USER_ERRORS, one_line, traceback_requested
 from dllm_bench.runner.positions import check_answer_fits, model_positions
+from dllm_bench.runner.run_config import RunConfig
 from dllm_bench.runner.settings import GROUPS
-from dllm_bench.runner.validate import ConfigError, check_decoding, check_keys
+from dllm_bench.runner.validate import ConfigError, checked_run_config
 from dllm_bench.tasks.chat import chat_wrap
 
 log = logging.getLogger(__name__)
@@ -80,8 +81,8 @@ class DecodingStats:
 # gen_length=None: each request's max_gen_toks in whole blocks.
 ADAPTER_DEFAULTS = {"gen_length": 256, "block_length": 32, "early_stop": False}
 # model_args of earlier releases -> the runner key that replaced each
-OLD_NAMES = {"selector": "rule", "delta": "rule.delta", "tau": "rule.tau", "f": "rule.f", "steps": "policy.steps",
-             "refresh_every": "cache.refresh_every", "dtype": "model.dtype", "chat": "model.chat"}
+OLD_NAMES = {"selector": "rule", "delta": "rule.delta", "tau": "rule.threshold", "f": "rule.f",
+             "steps": "policy.steps", "refresh_every": "cache.refresh_every", "dtype": "model.dtype", "chat": "model.chat"}
 # runner keys that choose documents or output: lm-eval's own options (--tasks, --limit, --output_path) do that
 NOT_FOR_LM_EVAL = ("task", "name", "output_dir", "limit", "offset", "trace", "progress", "warmup", "timing_docs",
                    "num_threads", "count_rule")
@@ -95,9 +96,10 @@ def _override(key: str, value: Any) -> str:
     return f"{key}={str(value).lower() if isinstance(value, bool) else value}"
 
 
-def adapter_run_config(run_keys: dict[str, Any], pretrained: str | None) -> dict[str, Any]:
+def adapter_run_config(run_keys: dict[str, Any], pretrained: str | None) -> RunConfig:
     """The run config of model_args' runner keys: conf/ composed with them and checked by the runner's own
-    `check_keys` and `check_decoding`; ConfigError (one line: key, value, what is allowed) before any load."""
+    `checked_run_config` (every key, type and decoding choice); ConfigError (one line: key, value, what is allowed)
+    before any load."""
     for key, value in run_keys.items():
         group = key.partition(".")[0]
         if key in OLD_NAMES:
@@ -115,10 +117,7 @@ def adapter_run_config(run_keys: dict[str, Any], pretrained: str | None) -> dict
         keys["gen_length"] = keys["block_length"]  # checked at one block; each request sets its own length
     if pretrained is not None:
         keys["model.name_or_path"] = pretrained
-    c = to_container(compose_run_config([_override(k, v) for k, v in keys.items()]))
-    check_keys(c)
-    check_decoding(c)
-    return c
+    return checked_run_config(to_container(compose_run_config([_override(k, v) for k, v in keys.items()])))
 
 
 # DllmBenchLM's own keyword arguments (lm-eval's options and the likelihood settings); every other is a run key
@@ -126,18 +125,18 @@ LM_EVAL_KEYS = ("pretrained", "batch_size", "max_batch_size", "device", "mc_num"
                 "stats_path", "max_length")
 
 
-def check_model_args(args: dict[str, Any]) -> dict[str, Any]:
+def check_model_args(args: dict[str, Any]) -> RunConfig:
     """The run config of a model_args dict, refused as DllmBenchLM would refuse it, before any weights load."""
     run_keys = {k: v for k, v in args.items() if k not in LM_EVAL_KEYS}
     pretrained = args.get("pretrained")
     if pretrained is None and "model.name_or_path" not in run_keys and "model" not in run_keys:
         raise ConfigError("pretrained=None is not allowed: give the checkpoint (hub id or local directory) as "
                           "pretrained= (lm-eval names its output folder after it) or model=<conf/model preset>")
-    c = adapter_run_config(run_keys, None if pretrained is None else str(pretrained))
-    positions = model_positions(str(c["model"]["name_or_path"]))
+    run = adapter_run_config(run_keys, None if pretrained is None else str(pretrained))
+    positions = model_positions(run.model.name_or_path)
     if positions is not None:
-        check_answer_fits(c["gen_length"], *positions)
-    return c
+        check_answer_fits(run.gen_length, *positions)
+    return run
 
 
 def model_args_of(argv: list[str]) -> dict[str, Any] | None:
@@ -199,7 +198,7 @@ class DllmBenchLM(LM):
     ) -> None:
         super().__init__()
         try:
-            c = check_model_args({"pretrained": pretrained, **run_keys})
+            run = check_model_args({"pretrained": pretrained, **run_keys})
             if mc_num < 1 or mc_batch_size < 1 or mc_num % mc_batch_size:
                 raise ConfigError(f"mc_num={mc_num}, mc_batch_size={mc_batch_size} are not allowed: mc_num must be "
                                   "a positive multiple of mc_batch_size")
@@ -210,16 +209,16 @@ class DllmBenchLM(LM):
             if on_command_line() and not traceback_requested():
                 refuse(err)
             raise
-        model = str(c["model"]["name_or_path"])
-        self.gen_length = None if run_keys.get("gen_length", 1) in (None, 0) else int(c["gen_length"])
-        self.block_length = int(c["block_length"])
-        self._setup_distributed(device or c["model"].get("device"))
-        self.model = load_model(model, dtype=c["model"].get("dtype"), device=self._device)
+        model = str(run.model.name_or_path)
+        self.gen_length = None if run_keys.get("gen_length", 1) in (None, 0) else int(run.gen_length)
+        self.block_length = int(run.block_length)
+        self._setup_distributed(device or run.model.device)
+        self.model = load_model(model, dtype=run.model.dtype, device=self._device)
         self.tokenizer = self.model.tokenizer
         if self.tokenizer is None:
             raise ValueError(f"model={model!r}: no tokenizer next to the weights; lm-eval needs one")
-        forbidden = token_ids(self.tokenizer, c["model"].get("forbidden_tokens") or [], "model.forbidden_tokens")
-        self.spec = build_spec(c, forbidden_token_ids=forbidden, tokenizer=self.tokenizer)
+        forbidden = token_ids(self.tokenizer, list(run.model.forbidden_tokens), "model.forbidden_tokens")
+        self.spec = build_spec(run, forbidden_token_ids=forbidden, tokenizer=self.tokenizer)
         self.config = self.model.config
         self.max_length = self.config.max_sequence_length if max_length in (None, "None") else int(max_length)
         if self.max_length > self.config.max_sequence_length:
@@ -227,11 +226,11 @@ class DllmBenchLM(LM):
                              f"{self.config.max_sequence_length}")
         # a conf/model preset or model.chat decides; with only pretrained=, instruct checkpoints chat
         chat_chosen = "model" in run_keys or "model.chat" in run_keys
-        self.chat = bool(c["model"]["chat"]) if chat_chosen else bool(self.config.is_instruct)
+        self.chat = bool(run.model.chat) if chat_chosen else bool(self.config.is_instruct)
         # lm-eval's "auto" batch sizing probes memory with HF models; here a string falls back to max_batch_size or 1
         self.batch_size = int(batch_size) if str(batch_size).isdigit() else int(max_batch_size or 1)
         self.mc_num, self.mc_batch_size, self.check_greedy = int(mc_num), int(mc_batch_size), bool(check_greedy)
-        self.seed, self.stats_path = int(c["seed"]), stats_path
+        self.seed, self.stats_path = int(run.seed), stats_path
         self.model_name = model
         self.stats = DecodingStats()
         self._lm_eval_templated = False

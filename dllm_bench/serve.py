@@ -41,34 +41,34 @@ class Decoder:
         from dllm_bench.runner.threads import apply_num_threads
         from dllm_bench.runner.validate import validate_config
 
-        c = validate_config(compose_run_config(overrides))
-        if c["rule"]["name"] == "oracle":
+        run = validate_config(compose_run_config(overrides))
+        if run.rule.name == "oracle":
             raise ConfigError("rule.name='oracle' is not allowed: the server decodes each request alone")
-        apply_num_threads(c.get("num_threads"), str(c["model"]["name_or_path"]))
-        self.c = c
-        self.engine = DecodingEngine(c, DistContext())
-        self.model_name = str(portable(str(c["model"]["name_or_path"])))
-        self.decoding = decoding_view(c)
+        apply_num_threads(run.num_threads, str(run.model.name_or_path))
+        self.run = run
+        self.engine = DecodingEngine(run, DistContext())
+        self.model_name = str(portable(str(run.model.name_or_path)))
+        self.decoding = decoding_view(run)
         self.lock = threading.Lock()
 
     def decode(self, prompt: Any, max_new_tokens: Any, temperature: Any, seed: Any, stop: Any) -> dict[str, Any]:
         """One request: output ids, text and what it cost."""
         from dllm_bench.decoding import generate
 
-        engine, c = self.engine, self.c
+        engine, run = self.engine, self.run
         if isinstance(prompt, str):
-            ids = engine.tokenizer.encode(prompt, add_special_tokens=not c["model"]["chat"])
+            ids = engine.tokenizer.encode(prompt, add_special_tokens=not run.model.chat)
         elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool)
                                                           for t in prompt):
             ids = prompt
         else:
             raise RequestError("the prompt must be text or a non-empty list of token ids")
-        if max_new_tokens not in (None, c["gen_length"]):
-            raise RequestError(f"this server decodes gen_length={c['gen_length']} tokens, not {max_new_tokens!r} "
+        if max_new_tokens not in (None, run.gen_length):
+            raise RequestError(f"this server decodes gen_length={run.gen_length} tokens, not {max_new_tokens!r} "
                                "(start it with gen_length=...)")
-        if temperature not in (None, c["temperature"]):
-            raise RequestError(f"this server decodes at temperature={c['temperature']}, not {temperature!r}")
-        seed = int(c["seed"]) if seed is None else seed
+        if temperature not in (None, run.temperature):
+            raise RequestError(f"this server decodes at temperature={run.temperature}, not {temperature!r}")
+        seed = int(run.seed) if seed is None else seed
         if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
             raise RequestError(f"seed={seed!r}: an integer >= 0 is required")
         stop = tuple(stop or ()) if not isinstance(stop, str) else (stop,)

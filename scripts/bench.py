@@ -159,7 +159,7 @@ def cache_presets(conf_dir: Path = CACHE_CONF) -> dict[str, tuple[str, dict]]:
 CPU_CACHES = cache_presets()
 FIXED_COUNT_RULES = ("topk", "random_order")  # the same steps per block: the caches' step times compare
 # the real-vocabulary shape runs the adaptive rules of the paper tables
-VOCAB_RULES = {"threshold": ("threshold", {"tau": 0.9}), "frechet": ("frechet", {"delta": 0.25})}
+VOCAB_RULES = {"threshold": ("threshold", {"threshold": 0.9}), "frechet": ("frechet", {"delta": 0.25})}
 
 
 def matmul_peak(device: torch.device, dtype: torch.dtype, widths: tuple[int, ...], seconds: float = 1.0) -> dict:

@@ -38,7 +38,7 @@ from dllm_bench.report.runs import compose_config  # noqa: E402
 from dllm_bench.runner.execute import execute  # noqa: E402
 
 SHAPE = "tiny-llada"
-SETTINGS = {"rule": "threshold", "rule.tau": 0.9, "cache": "dual", "trace": False, "progress": False, "warmup": 1}
+SETTINGS = {"rule": "threshold", "rule.threshold": 0.9, "cache": "dual", "trace": False, "progress": False, "warmup": 1}
 # --caches: one token per step, the rule every cache runs with (dKV-Cache's loop only with topk)
 CACHE_SETTINGS = {"rule": "topk", "policy.steps": 24, "trace": False, "progress": False, "warmup": 1}
 # a cache whose published loop ranks otherwise (same count per step): dKV-Cache-Greedy commits in a drawn order

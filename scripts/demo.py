@@ -35,8 +35,8 @@ from dllm_bench.runner.execute import execute  # noqa: E402
 # (label, parameter shown in the table, overrides); every method runs without a cache and with the dual cache
 METHODS = [
     ("sequential", "1 token/step", ["rule=topk", "policy.steps=24"]),
-    ("threshold", "tau=0.9", ["rule=threshold", "rule.tau=0.9"]),
-    ("threshold", "tau=0.7", ["rule=threshold", "rule.tau=0.7"]),
+    ("threshold", "threshold=0.9", ["rule=threshold", "rule.threshold=0.9"]),
+    ("threshold", "threshold=0.7", ["rule=threshold", "rule.threshold=0.7"]),
     ("factor", "f=1.0", ["rule=factor", "rule.f=1.0"]),
     ("frechet", "delta=0.25", ["rule=frechet", "rule.delta=0.25"]),
     ("frechet", "delta=0.1", ["rule=frechet", "rule.delta=0.1"]),

@@ -85,7 +85,7 @@ GENERATE_COLUMNS = ["shape", "batch", "padded", "prompt", "answer", "block", "wa
 BACKEND_OPS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION",
                "math": "MATH"}
 # (name, flavour, policy, policy params, rule, rule params, cache, block) of the tiny checkpoints' decodes
-TINY_SETTINGS = [("llada/threshold0.9/dual", "llada", "blocks", {}, "threshold", {"tau": 0.9}, "dual", 8),
+TINY_SETTINGS = [("llada/threshold0.9/dual", "llada", "blocks", {}, "threshold", {"threshold": 0.9}, "dual", 8),
                  ("llada/topk/none", "llada", "blocks", {"steps": 24}, "topk", {}, "none", 8),
                  ("dream/maskgit_plus/none", "dream", "dream", {"steps": 24, "alg": "maskgit_plus"}, None, {}, "none", 24)]
 TINY_GEN = 24
@@ -259,7 +259,7 @@ def padded_prompts(model: DiffusionLM, lengths: list[int], seed: int) -> tuple[t
 
 
 def decode(model: DiffusionLM, ids: torch.Tensor, mask: torch.Tensor, gen: int, block: int):
-    spec = DecodeSpec(Decoding(gen, block, build_policy("blocks"), build_selector("threshold", tau=0.9),
+    spec = DecodeSpec(Decoding(gen, block, build_policy("blocks"), build_selector("threshold", threshold=0.9),
                                build_cache("dual")))
     return generate(model, ids, mask, spec)
 

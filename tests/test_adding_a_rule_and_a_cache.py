@@ -88,7 +88,7 @@ def test_the_runner_agrees_with_the_derived_verdict_of_every_policy_with_the_rul
         verdicts[policy] = reason
         cfg = run_config(added, tmp_path, *setting.overrides(), f"model=tiny_{(setting.flavours or ('llada',))[0]}")
         if reason is None:
-            assert validate_config(cfg)["rule"]["name"] == RULE
+            assert validate_config(cfg).rule.name == RULE
         else:
             with pytest.raises(ConfigError, match="^policy="):
                 validate_config(cfg)

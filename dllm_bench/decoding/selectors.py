@@ -64,16 +64,16 @@ def topk_commit_mask(confidence: torch.Tensor, candidates: torch.Tensor, k: int 
     return prefix_commit_mask(order, topk_count(confidence, candidates, k))
 
 
-def threshold_count(confidence: torch.Tensor, candidates: torch.Tensor, tau: Param) -> torch.Tensor:
-    """Number of candidates with confidence >= tau, at least one (Fast-dLLM threshold rule)."""
-    passing = (candidates & (confidence >= _row_param(tau, confidence))).sum(dim=-1)
+def threshold_count(confidence: torch.Tensor, candidates: torch.Tensor, threshold: Param) -> torch.Tensor:
+    """Number of candidates with confidence >= threshold, at least one (Fast-dLLM threshold rule)."""
+    passing = (candidates & (confidence >= _row_param(threshold, confidence))).sum(dim=-1)
     return _at_least_one(passing, candidates.sum(dim=-1))
 
 
-def threshold_commit_mask(confidence: torch.Tensor, candidates: torch.Tensor, tau: Param) -> torch.Tensor:
-    """Every candidate with confidence >= tau; the single most confident one if none qualifies."""
+def threshold_commit_mask(confidence: torch.Tensor, candidates: torch.Tensor, threshold: Param) -> torch.Tensor:
+    """Every candidate with confidence >= threshold; the single most confident one if none qualifies."""
     _, order, _ = sort_candidates(confidence, candidates)
-    return prefix_commit_mask(order, threshold_count(confidence, candidates, tau))
+    return prefix_commit_mask(order, threshold_count(confidence, candidates, threshold))
 
 
 def factor_count_sorted(sorted_conf: torch.Tensor, n_cand: torch.Tensor, f: Param, compat: bool = False) -> torch.Tensor:

@@ -19,6 +19,7 @@ from dllm_bench.report.pareto import (
     save_figure,
     wrapped_title,
 )
+from dllm_bench.report.runs import rename_columns
 
 STORAGE_FILE = "search.db"
 # d3LLM's AUP constants (AUP_leaderboard/aup_utils.py): the quality weight's penalty and the accuracy window
@@ -192,8 +193,8 @@ def _rival_list(rivals: pd.DataFrame) -> str:
 def _setting(row: pd.Series) -> str:
     """A run's decoding setting in a few words: its rule's parameter, or SlowFast's K/τ_min/τ_high/W."""
     if str(row.get("policy.name")) == "slowfast" and str(row.get("rule.name")) == "none":
-        return (f"K={int(row['policy.explore_steps'])}, tau_min={row['policy.tau_min']:g}, "
-                f"tau_high={row['policy.tau_high']:g}, W={int(row['policy.stability_window'])}")
+        return (f"K={int(row['policy.explore_steps'])}, tau_min={row['policy.converge_threshold']:g}, "
+                f"tau_high={row['policy.threshold']:g}, W={int(row['policy.stability_window'])}")
     key, _ = PARAM_LABELS.get(str(row.get("rule.name")), (None, None))
     return f"{key.split('.')[1]}={float(row[key]):g}" if key else str(row.get("rule.name"))
 
@@ -308,7 +309,7 @@ def write_report(results_dir: Path | str, title: str | None = None) -> list[Path
     if not studies:
         raise FileNotFoundError(f"{results_dir / STORAGE_FILE}: no study with a completed trial; run a search "
                                 "first (dllm-bench hparams_search=<rule> ...)")
-    runs = pd.read_csv(results_dir / "runs.csv")
+    runs = rename_columns(pd.read_csv(results_dir / "runs.csv"))
     title = title or f"Frontier search: {results_dir.name}"
     summary, fronts = summarise_fronts(studies, runs)
     outside = outside_runs(studies, runs)

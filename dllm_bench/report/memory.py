@@ -68,7 +68,7 @@ def window_length(config: dict[str, Any]) -> int:
     """Answer positions whose logits one step may take: the whole answer for Dream's policies and SlowFast
     ``dream`` (no blocks), else a block."""
     policy = config["policy"]
-    whole = policy["name"] in ("dream", "dream_threshold") or policy.get("variant") == "dream"
+    whole = policy["name"] in ("dream", "dream_threshold") or policy.get("flavour", policy.get("variant")) == "dream"
     return int(config["gen_length"]) if whole else int(config["block_length"])
 
 

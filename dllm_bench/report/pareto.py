@@ -20,7 +20,7 @@ AXES = {
     "nfe": ("nfe_mean", "NFE per sample", False),
 }
 # rule name -> the parameter printed on its points
-PARAM_LABELS = {"frechet": ("rule.delta", "δ"), "threshold": ("rule.tau", "τ"), "factor": ("rule.f", "f")}
+PARAM_LABELS = {"frechet": ("rule.delta", "δ"), "threshold": ("rule.threshold", "τ"), "factor": ("rule.f", "f")}
 ORACLE = "oracle"
 
 

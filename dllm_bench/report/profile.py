@@ -21,6 +21,7 @@ from dllm_bench.decoding.selectors import factor_count_sorted, frechet_count_sor
 from dllm_bench.report.pareto import PARAM_LABELS, method_name, save_figure
 from dllm_bench.report.runs import read_runs
 from dllm_bench.runner.config import flatten
+from dllm_bench.runner.renames import renamed_flat
 
 RULE_PAIRS = (("frechet", "factor"), ("frechet", "threshold"), ("factor", "threshold"))
 
@@ -62,7 +63,7 @@ def _run_setting(run_dir: Path) -> dict[str, str] | None:
     """A run folder's flattened config: its run.json, else its row of the sibling runs.csv."""
     info = run_dir / "run.json"
     if info.is_file():
-        return {k: str(v) for k, v in flatten(json.loads(info.read_text())["config"]).items()}
+        return renamed_flat({k: str(v) for k, v in flatten(json.loads(info.read_text())["config"]).items()})
     runs_csv = run_dir.parent / "runs.csv"
     if runs_csv.is_file():
         rows = read_runs([runs_csv])

@@ -14,6 +14,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from dllm_bench.runner.config import CONF_DIR, NON_OUTPUT_KEYS, PACKAGE_DIR, flatten, to_container
+from dllm_bench.runner.renames import RENAMED_KEYS
 
 _ABSENT = object()
 # Not part of a setting's identity: bookkeeping keys, plus seed (pooled across repeats) and the device.
@@ -111,7 +112,8 @@ def same_value(cell: str, expected: Any) -> bool:
 
 
 def read_runs(paths: Iterable[Path | str]) -> pd.DataFrame:
-    """Concatenate runs.csv files as text (values compared exactly); `source` names each row's file."""
+    """Concatenate runs.csv files as text (values compared exactly), old key spellings read under their new names
+    (runner/renames.py); `source` names each row's file."""
     frames = []
     for path in paths:
         path = Path(path)
@@ -120,7 +122,27 @@ def read_runs(paths: Iterable[Path | str]) -> pd.DataFrame:
         frames.append(frame)
     if not frames:
         return pd.DataFrame()
-    return pd.concat(frames, ignore_index=True, sort=False).fillna("")
+    return rename_columns(pd.concat(frames, ignore_index=True, sort=False).fillna(""))
+
+
+def rename_columns(runs: pd.DataFrame) -> pd.DataFrame:
+    """runs.csv rows written under old spellings, read under the new ones (a row's value moves to the new
+    column where its option is the renamed one; other options' rows keep theirs)."""
+    runs = runs.copy()
+    for r in RENAMED_KEYS:
+        old, new, name = f"{r.group}.{r.old}", f"{r.group}.{r.new}", f"{r.group}.name"
+        if old not in runs.columns or name not in runs.columns:
+            continue
+        # read_runs reads text ("" = empty); pandas' own reader numbers (NaN)
+        text = pd.api.types.is_string_dtype(runs[old]) or runs[old].dtype == object
+        rows = (runs[name] == r.option) & runs[old].notna() & (runs[old].astype(str) != "")
+        if not rows.any():
+            continue
+        if new not in runs.columns:
+            runs[new] = "" if text else float("nan")
+        runs.loc[rows, new] = runs.loc[rows, old]
+        runs.loc[rows, old] = "" if text else float("nan")
+    return runs
 
 
 def find_runs_csv(results_dir: Path | str) -> list[Path]:

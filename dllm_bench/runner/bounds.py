@@ -86,7 +86,7 @@ def non_finite(tree: Any, prefix: str = "") -> Iterator[tuple[str, float]]:
 DECODING_BOUNDS: dict[tuple[str, str], dict[str, Bounds]] = {
     ("policy", "SlowFastPolicy"): {
         "stability_threshold": Bounds(0.0),  # a variance of the span-end estimates
-        "explore_tau": Bounds(0.0, 1.0),  # a probability
+        "explore_threshold": Bounds(0.0, 1.0),  # a probability
         "min_parallel": Bounds(1.0),  # tokens that must qualify for a parallel commit
     },
 }

@@ -10,6 +10,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from dllm_bench.runner.paths import check_output_location
+from dllm_bench.runner.renames import as_first_spelled
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 # a built package carries conf/ inside it (setup.py); a checkout (editable install) has it beside the package
@@ -115,7 +116,7 @@ def compute_run_id(cfg: DictConfig | dict, identity: dict[str, Any] | None = Non
     scoring = task.pop("scoring", "lm_eval") if isinstance(task, dict) else "lm_eval"
     if scoring != "lm_eval" and isinstance(task, dict):
         task["scoring"] = scoring
-    hashed = output_affecting(data)
+    hashed = output_affecting(as_first_spelled(data))  # a renamed key hashes as before (runner/renames.py)
     if identity is not None:
         hashed = {**hashed, "identity": identity}
     blob = json.dumps(hashed, sort_keys=True, default=str)

@@ -15,6 +15,7 @@ from dllm_bench.models import load_model
 from dllm_bench.models.loading import token_ids
 from dllm_bench.runner.components import build_spec
 from dllm_bench.runner.interface import Engine, Generation
+from dllm_bench.runner.run_config import RunConfig
 from dllm_bench.runner.sharding import DistContext
 from dllm_bench.runner.validate import build_task
 from dllm_bench.tasks.chat import encode_left_padded
@@ -76,24 +77,25 @@ def _trace_dict(trace: list[Any] | None) -> dict[str, Any] | None:
 class DecodingEngine(Engine):
     """`dllm_bench.decoding.generate` on a loaded model, with left-padded batches and per-row seeds."""
 
-    def __init__(self, c: dict[str, Any], ctx: DistContext):
-        m = c["model"]
-        self.device = resolve_device(m.get("device"), ctx)
-        self.model = load_cached_model(str(m["name_or_path"]), m.get("dtype"), self.device, m.get("rope_full_precision"))
+    def __init__(self, run: RunConfig, ctx: DistContext):
+        m = run.model
+        self.device = resolve_device(m.device, ctx)
+        self.model = load_cached_model(str(m.name_or_path), m.dtype, self.device, m.rope_full_precision)
         self.tokenizer = self.model.tokenizer
         if self.tokenizer is None:  # a hub checkpoint without one (a local one is refused by validation)
-            raise FileNotFoundError(f"model {m['name_or_path']!r} has no tokenizer.json beside its weights; a run "
+            raise FileNotFoundError(f"model {m.name_or_path!r} has no tokenizer.json beside its weights; a run "
                                     "encodes its prompts with the checkpoint's own tokenizer")
         self.config = self.model.config
         self.stop_token_ids = tuple(self.config.stop_token_ids)
         self.device_name = device_name(self.device)
-        self.c = c
-        forbidden = token_ids(self.tokenizer, c["model"].get("forbidden_tokens") or [], "model.forbidden_tokens")
-        self.spec = build_spec(c, forbidden_token_ids=forbidden, tokenizer=self.tokenizer)
+        self.run = run
+        forbidden = token_ids(self.tokenizer, list(m.forbidden_tokens), "model.forbidden_tokens")
+        self.spec = build_spec(run, forbidden_token_ids=forbidden, tokenizer=self.tokenizer)
         # a vision model on an image task: prompts and images become embeddings via the model's build_inputs
-        self.multimodal = bool(getattr(self.model, "accepts_images", False)) and build_task(c["task"]).needs_images
+        self.multimodal = (bool(getattr(self.model, "accepts_images", False))
+                           and build_task(run.task.as_dict()).needs_images)
         self.sequential: DecodeSpec | None = None
-        if c["rule"]["name"] == "oracle":  # the reference: one token per step, no cache, nothing counted
+        if run.rule.name == "oracle":  # the reference: one token per step, no cache, nothing counted
             d = self.spec.decoding
             sequential = Decoding(d.gen_length, d.block_length, build_policy("blocks", steps=d.gen_length),
                                   build_selector("topk"), build_cache("none"), early_stop=d.early_stop)
@@ -102,10 +104,10 @@ class DecodingEngine(Engine):
     def inputs(self, prompts: list[str], docs: list[dict]) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
         """(ids, mask, extra generate arguments): images go through the model's own `build_inputs`."""
         if self.multimodal:
-            batch = self.model.build_inputs(prompts, [doc_images(d) for d in docs], int(self.c["gen_length"]))
+            batch = self.model.build_inputs(prompts, [doc_images(d) for d in docs], int(self.run.gen_length))
             kwargs = {"model_kwargs": batch.model_kwargs} if batch.model_kwargs else {}
             return batch.input_ids.to(self.device), batch.attention_mask.to(self.device), kwargs
-        ids, mask = self.encode(prompts, bool(self.c["model"]["chat"]))
+        ids, mask = self.encode(prompts, bool(self.run.model.chat))
         return ids, mask, {}
 
     def encode(self, prompts: list[str], chat: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -134,5 +136,5 @@ class DecodingEngine(Engine):
                 for i, r in enumerate(out.records)]
 
 
-def build_engine(c: dict[str, Any], ctx: DistContext) -> DecodingEngine:
-    return DecodingEngine(c, ctx)
+def build_engine(run: RunConfig, ctx: DistContext) -> DecodingEngine:
+    return DecodingEngine(run, ctx)

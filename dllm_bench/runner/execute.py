@@ -29,6 +29,7 @@ from dllm_bench.runner.identity import identity_changes, run_identity
 from dllm_bench.runner.interface import Engine, EngineFactory, Generation
 from dllm_bench.runner.positions import check_prompts_fit
 from dllm_bench.runner.progress import RunProgress, TimingProgress
+from dllm_bench.runner.run_config import RunConfig
 from dllm_bench.runner.sharding import DistContext, barrier, init_distributed, shard, shutdown
 from dllm_bench.runner.store import ResultsStore
 from dllm_bench.runner.summary import PAPER_CUT_COLUMN, count_column, summarise, summarise_timing
@@ -86,16 +87,17 @@ def select_documents(n_docs: int, offset: int, limit: int | None, task_name: str
     return selected
 
 
-def timing_documents(selected: list[int], timing_docs: int | None, c: dict[str, Any]) -> list[int]:
+def timing_documents(selected: list[int], run: RunConfig) -> list[int]:
     """The batched mode's timing subsample: the first `timing_docs` selected documents (none when off);
     refused when the selection is smaller, before any folder is made."""
+    timing_docs = run.timing_docs
     if timing_docs is None:
         return []
     if timing_docs > len(selected):
-        limit = c.get("limit")
-        raise ConfigError(f"timing_docs={timing_docs} is not allowed: offset={c.get('offset', 0)}, limit="
+        limit = run.limit
+        raise ConfigError(f"timing_docs={timing_docs} is not allowed: offset={run.offset}, limit="
                           f"{'null' if limit is None else limit} select {len(selected)} documents of task "
-                          f"{c['task']['name']!r}; use timing_docs <= {len(selected)}")
+                          f"{run.task.name!r}; use timing_docs <= {len(selected)}")
     return selected[:timing_docs]
 
 
@@ -104,12 +106,12 @@ def row_seeds(seed: int, indices: list[int]) -> list[int]:
     return [int(seed) + int(i) for i in indices]
 
 
-def _generate(engine: Engine, task: Task, docs: list[dict], indices: list[int], c: dict[str, Any]
+def _generate(engine: Engine, task: Task, docs: list[dict], indices: list[int], run: RunConfig
               ) -> tuple[list[str], list[Generation], list[tuple[str, str]], list[tuple[str, int]], float]:
     """Decode one batch: (prompts, generations, (text, raw) and (paper text, paper tokens) per row, seconds from
     prompt rendering to completion text)."""
-    chat = bool(c["model"]["chat"])
-    seeds = row_seeds(c["seed"], indices)
+    chat = bool(run.model.chat)
+    seeds = row_seeds(run.seed, indices)
     stop_strings = tuple(task.stop_strings_for(chat))
     extra = engine.prepare([render_prompt(task, d, engine.tokenizer, chat) for d in docs], docs, seeds)
     _sync(engine)
@@ -133,10 +135,10 @@ def _known(count: int | None) -> int | None:
     return None if count is None else int(count)
 
 
-def decode_batch(engine: Engine, task: Task, docs: list[dict], indices: list[int], c: dict[str, Any],
+def decode_batch(engine: Engine, task: Task, docs: list[dict], indices: list[int], run: RunConfig,
                  rank: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Decode one batch and score it: (sample rows, trace rows). Timing spans prompt rendering to text."""
-    prompts, gens, texts, papers, latency = _generate(engine, task, docs, indices, c)
+    prompts, gens, texts, papers, latency = _generate(engine, task, docs, indices, run)
     scoring = task.scoring
     scored = [paper for paper, _ in papers] if scoring == "paper" else [text for text, _ in texts]
     scores = task.score_many(scored, docs)  # code tasks run their programs in parallel
@@ -144,7 +146,7 @@ def decode_batch(engine: Engine, task: Task, docs: list[dict], indices: list[int
     for doc, index, prompt, gen, (text, raw), (paper, paper_tokens), completion, score in zip(
             docs, indices, prompts, gens, texts, papers, scored, scores):
         counts = _token_counts(gen, paper_tokens)
-        counted = counts[count_column(c["count_rule"], scoring)]
+        counted = counts[count_column(run.count_rule, scoring)]
         rows.append({
             "sample_id": str(doc["sample_id"]),
             "doc_index": index,
@@ -174,83 +176,82 @@ def decode_batch(engine: Engine, task: Task, docs: list[dict], indices: list[int
     return rows, traces
 
 
-def time_alone(engine: Engine, task: Task, doc: dict, index: int, c: dict[str, Any], rank: int) -> dict[str, Any]:
+def time_alone(engine: Engine, task: Task, doc: dict, index: int, run: RunConfig, rank: int) -> dict[str, Any]:
     """Decode one document alone, unscored: its row of the batched mode's batch-1 timing pass (timing.jsonl)."""
-    _, (gen,), ((_, raw),), ((_, paper_tokens),), latency = _generate(engine, task, [doc], [index], c)
+    _, (gen,), ((_, raw),), ((_, paper_tokens),), latency = _generate(engine, task, [doc], [index], run)
     return {"sample_id": str(doc["sample_id"]), "doc_index": index, "raw_completion": raw, "nfe": int(gen.nfe),
             "steps": int(gen.steps), **_token_counts(gen, paper_tokens), "wall_time_s": latency,
             "latency_s": latency, "decode_time_s": gen.decode_time_s, "batch_size": 1, "rank": rank}
 
 
-def _time_shard(engine: Engine, task: Task, all_docs: list[dict], mine: list[int], c: dict[str, Any],
+def _time_shard(engine: Engine, task: Task, all_docs: list[dict], mine: list[int], run: RunConfig,
                 store: ResultsStore, ctx: DistContext) -> None:
     """The batch-1 timing pass over this rank's share of the timing subsample: warm up at batch 1, then one
     row per document, appended as it ends (a killed pass resumes where it stopped)."""
     first = mine[0]
-    for _ in range(int(c.get("warmup", 0))):  # batch-1 shapes: their own kernels and allocator blocks
-        _seed_everything(int(c["seed"]))
-        _generate(engine, task, [all_docs[first]], [first], c)
+    for _ in range(run.warmup):  # batch-1 shapes: their own kernels and allocator blocks
+        _seed_everything(run.seed)
+        _generate(engine, task, [all_docs[first]], [first], run)
     log.info("batch-1 timing pass: %d documents on rank %d", len(mine), ctx.rank)
-    desc = f"{c['policy']['name']}/{c['rule']['name']}/{c['cache']['name']}"
-    bar = TimingProgress(len(mine), desc, bool(c.get("progress", True)) and ctx.is_main,
-                         count_column(c["count_rule"], task.scoring))
+    bar = TimingProgress(len(mine), run.choices(), bool(run.progress) and ctx.is_main,
+                         count_column(run.count_rule, task.scoring))
     try:
         for index in mine:
-            _seed_everything(int(c["seed"]) + index)
-            row = time_alone(engine, task, all_docs[index], index, c, ctx.rank)
+            _seed_everything(run.seed + index)
+            row = time_alone(engine, task, all_docs[index], index, run, ctx.rank)
             store.append_timing([row])
             bar.update(row)
     finally:
         bar.close()
 
 
-def _decode_shard(engine: Engine, task: Task, all_docs: list[dict], mine: list[int], c: dict[str, Any],
+def _decode_shard(engine: Engine, task: Task, all_docs: list[dict], mine: list[int], run: RunConfig,
                   store: ResultsStore, ctx: DistContext, already: int, total: int) -> None:
     """Warm up, then decode this rank's documents batch by batch, appending rows as each batch ends."""
-    bs = int(c["batch_size"])
+    bs = run.batch_size
     batches = [mine[i : i + bs] for i in range(0, len(mine), bs)]
-    for _ in range(int(c.get("warmup", 0))):  # compiles kernels, fills allocator caches; never timed or kept
-        _seed_everything(int(c["seed"]))
-        decode_batch(engine, task, [all_docs[i] for i in batches[0]], batches[0], c, ctx.rank)
-    desc = f"{c['policy']['name']}/{c['rule']['name']}/{c['cache']['name']}"
+    for _ in range(run.warmup):  # compiles kernels, fills allocator caches; never timed or kept
+        _seed_everything(run.seed)
+        decode_batch(engine, task, [all_docs[i] for i in batches[0]], batches[0], run, ctx.rank)
+    desc = run.choices()
     if ctx.world_size > 1:  # rank 0 shows its own shard
         total, already, desc = len(mine), 0, f"{desc} [rank 0 of {ctx.world_size}]"
     bar = RunProgress(total=total, initial=already, desc=desc,
-                      enabled=bool(c.get("progress", True)) and ctx.is_main, count_rule=c["count_rule"])
+                      enabled=bool(run.progress) and ctx.is_main, count_rule=run.count_rule)
     try:
         for batch in batches:
-            _seed_everything(int(c["seed"]) + batch[0])
-            rows, traces = decode_batch(engine, task, [all_docs[i] for i in batch], batch, c, ctx.rank)
+            _seed_everything(run.seed + batch[0])
+            rows, traces = decode_batch(engine, task, [all_docs[i] for i in batch], batch, run, ctx.rank)
             store.append_samples(rows)
-            if c.get("trace") and traces:
+            if run.trace and traces:
                 store.append_traces(traces)
             bar.update(rows)
     finally:
         bar.close()
 
 
-def default_engine_factory(c: dict[str, Any], ctx: DistContext) -> Engine:
+def default_engine_factory(run: RunConfig, ctx: DistContext) -> Engine:
     """The decoding engine in this process, or a served one (`backend` other than local: runner/served.py)."""
-    if "backend" in c:
+    if run.served:
         from dllm_bench.runner.served import ServedEngine
 
-        return ServedEngine(c, ctx)
+        return ServedEngine(run, ctx)
     from dllm_bench.runner.engine import build_engine
 
-    return build_engine(c, ctx)
+    return build_engine(run, ctx)
 
 
-def config_id(c: dict[str, Any]) -> str:
+def config_id(run: RunConfig) -> str:
     """The run id of the configuration alone (weights fingerprint left out): runs sharing it differ only in
     identity (code, data, weights, tokenizer) or selection."""
-    return compute_run_id({**c, "model": {k: v for k, v in c["model"].items() if k != "fingerprint"}})
+    return compute_run_id(run.with_fingerprint(None).as_dict())
 
 
-def changed_run(c: dict[str, Any], run_id: str, identity: dict[str, Any]) -> tuple[str, list[str]] | None:
+def changed_run(run: RunConfig, run_id: str, identity: dict[str, Any]) -> tuple[str, list[str]] | None:
     """The latest other run of this configuration and selection in the results folder, made with other code,
     data, weights or tokenizer: (its run id, what changed); None when there is none."""
-    folder = Path(c["output_dir"]) / c["name"]
-    same_config, found = config_id(c), []
+    folder = Path(run.output_dir) / run.name
+    same_config, found = config_id(run), []
     for path in folder.glob("*/run.json"):
         if path.parent.name == run_id:
             continue
@@ -268,19 +269,19 @@ def changed_run(c: dict[str, Any], run_id: str, identity: dict[str, Any]) -> tup
     return old_id, changes
 
 
-def choose_run(c: dict[str, Any], run_id: str, identity: dict[str, Any]) -> tuple[str, list[str]]:
+def choose_run(run: RunConfig, run_id: str, identity: dict[str, Any]) -> tuple[str, list[str]]:
     """The run folder this invocation writes, and what changed when it resumes one made under another identity:
     its own id, unless `resume_changed=true` and only an older identity's run of this config exists (or such a
     run was resumed across a change before, and its last session has this identity)."""
-    if (Path(c["output_dir"]) / c["name"] / run_id).is_dir():
+    if (Path(run.output_dir) / run.name / run_id).is_dir():
         return run_id, []
-    other = changed_run(c, run_id, identity)
+    other = changed_run(run, run_id, identity)
     if other is None:
         return run_id, []
     old_id, changes = other
     if not changes:  # resumed across a change before: its last session has this identity
         return old_id, []
-    if c.get("resume_changed"):
+    if run.resume_changed:
         log.warning("run %s: resuming across a change (resume_changed=true): %s", old_id, "; ".join(changes))
         return old_id, changes
     log.warning("run %s starts anew: %s has this config with other %s (resume_changed=true resumes it)", run_id,
@@ -294,25 +295,23 @@ def execute(cfg: DictConfig | dict[str, Any], engine_factory: EngineFactory | No
     Data and selection are checked before any folder is made; a run that fails before its first row leaves
     no folder behind. The run folder is locked for the whole run: a twin command waits for it.
     """
-    c = validate_config(cfg)
-    if (c.get("backend") or {}).get("name", "local") == "local":
-        c.pop("backend", None)  # a local run's config, id and rows as before the backend group existed
-    task = build_task(c["task"])
+    run = validate_config(cfg)
+    task = build_task(run.task.as_dict())
     machine = {"cpu_count": cpu_count(), "num_threads_used": None, "load_avg_start": load_average()}
     started = _now()
     all_docs = task.all_docs()
-    selected = select_documents(len(all_docs), int(c.get("offset", 0)), c.get("limit"), c["task"]["name"])
-    timing = timing_documents(selected, c.get("timing_docs"), c)
-    check_prompts_fit(c, task, all_docs, selected)
+    selected = select_documents(len(all_docs), run.offset, run.limit, run.task.name)
+    timing = timing_documents(selected, run)
+    check_prompts_fit(run, task, all_docs, selected)
     # weights are part of a run's identity: a retrained checkpoint never resumes the old checkpoint's runs (a full
     # digest, cached by path, size and times: computed after the cheap refusals)
-    c["model"]["fingerprint"] = checkpoint_fingerprint(c["model"]["name_or_path"])
-    identity = run_identity(c, task, all_docs)
-    run_id = compute_run_id(c, identity)
-    identity = {"config": config_id(c), **identity}
+    run = run.with_fingerprint(checkpoint_fingerprint(run.model.name_or_path))
+    identity = run_identity(run, task, all_docs)
+    run_id = compute_run_id(run.as_dict(), identity)
+    identity = {"config": config_id(run), **identity}
     ctx = init_distributed()
-    run_id, changes = choose_run(c, run_id, identity)
-    store = ResultsStore(c["output_dir"], c["name"], run_id, ctx.rank, ctx.world_size)
+    run_id, changes = choose_run(run, run_id, identity)
+    store = ResultsStore(run.output_dir, run.name, run_id, ctx.rank, ctx.world_size)
     try:
         finished, timed = store.finished_ids(), store.timed_ids()
         todo = [i for i in selected if str(all_docs[i]["sample_id"]) not in finished]
@@ -323,19 +322,19 @@ def execute(cfg: DictConfig | dict[str, Any], engine_factory: EngineFactory | No
                  len(selected) - len(todo), len(mine), ctx.rank, ctx.world_size)
         device_name = "none (nothing to decode)"
         if mine or mine_timed:
-            machine["num_threads_used"] = apply_num_threads(c.get("num_threads"), str(c["model"]["name_or_path"]))
-            engine = (engine_factory or default_engine_factory)(c, ctx)
+            machine["num_threads_used"] = apply_num_threads(run.num_threads, str(run.model.name_or_path))
+            engine = (engine_factory or default_engine_factory)(run, ctx)
             device_name = engine.device_name
             if mine:
-                _decode_shard(engine, task, all_docs, mine, c, store, ctx, len(selected) - len(todo), len(selected))
+                _decode_shard(engine, task, all_docs, mine, run, store, ctx, len(selected) - len(todo), len(selected))
             if mine_timed:
-                _time_shard(engine, task, all_docs, mine_timed, c, store, ctx)
+                _time_shard(engine, task, all_docs, mine_timed, run, store, ctx)
         barrier(ctx)
         row = None
         if ctx.is_main:
             machine["load_avg_end"] = load_average()
             session = {"identity": identity, **({"identity_changes": changes} if changes else {})}
-            row = _finalise(c, run_id, store, all_docs, selected, started, device_name, ctx, machine, session)
+            row = _finalise(run, run_id, store, all_docs, selected, started, device_name, ctx, machine, session)
     except KeyboardInterrupt:
         kept = len(store.finished_ids())
         store.discard_if_empty()
@@ -356,7 +355,7 @@ def served_columns(identity: dict[str, Any]) -> dict[str, Any]:
     return {} if not server else {"server_url": server.get("url"), "server_model": server.get("model")}
 
 
-def _finalise(c: dict[str, Any], run_id: str, store: ResultsStore, all_docs: list[dict], selected: list[int],
+def _finalise(run: RunConfig, run_id: str, store: ResultsStore, all_docs: list[dict], selected: list[int],
               started: str, device_name: str, ctx: DistContext, machine: dict[str, Any],
               session: dict[str, Any]) -> dict[str, Any]:
     """Merge shards, write run.json and this run's runs.csv row. Provenance (commit, versions, load, machine,
@@ -366,15 +365,15 @@ def _finalise(c: dict[str, Any], run_id: str, store: ResultsStore, all_docs: lis
     rows = store.merge()
     wanted = {str(all_docs[i]["sample_id"]) for i in selected}
     rows = [r for r in rows if r["sample_id"] in wanted]
-    scoring = c["task"].get("scoring", "lm_eval")
-    summary = summarise(rows, c["count_rule"], scoring)
-    if c.get("timing_docs") is not None:
-        subsample = {str(all_docs[i]["sample_id"]) for i in selected[: c["timing_docs"]]}
+    scoring = run.scoring
+    summary = summarise(rows, run.count_rule, scoring)
+    if run.timing_docs is not None:
+        subsample = {str(all_docs[i]["sample_id"]) for i in selected[: run.timing_docs]}
         timed = [r for r in store.timing_rows() if r["sample_id"] in subsample]
         if len(timed) < len(subsample):
             log.warning("run %s: %d of %d timing documents have no batch-1 row", run_id, len(subsample) - len(timed),
                         len(subsample))
-        summary.update(summarise_timing(timed, rows, c["count_rule"], scoring))
+        summary.update(summarise_timing(timed, rows, run.count_rule, scoring))
     if len(rows) < len(wanted):
         log.warning("run %s: %d of %d selected documents have no row", run_id, len(wanted) - len(rows), len(wanted))
     previous = store.read_run_json()
@@ -393,8 +392,8 @@ def _finalise(c: dict[str, Any], run_id: str, store: ResultsStore, all_docs: lis
     versions = last.get("scoring_versions") or previous.get("scoring_versions") or scoring_versions()
     info = {
         "run_id": run_id,
-        "name": c["name"],
-        "config": portable(c),
+        "name": run.name,
+        "config": portable(run.as_dict()),
         "identity": previous.get("identity") or session["identity"],
         "summary": summary,
         "environment": env,
@@ -412,7 +411,7 @@ def _finalise(c: dict[str, Any], run_id: str, store: ResultsStore, all_docs: lis
     # a session that only merged reports the threads of the last one that decoded
     bookkeeping["num_threads_used"] = next((s["num_threads_used"] for s in reversed(timed)
                                             if s.get("num_threads_used") is not None), None)
-    row = {"run_id": run_id, **flatten(portable(c)), **summary, "task_docs": len(all_docs),
+    row = {"run_id": run_id, **flatten(portable(run.as_dict())), **summary, "task_docs": len(all_docs),
            "world_size": last.get("world_size", ctx.world_size), "device_name": info["device_name"], **bookkeeping,
            **served_columns(info["identity"]),
            "machine_loaded": True if True in loaded else None if None in loaded or not loaded else False,

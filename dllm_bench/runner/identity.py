@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from dllm_bench.runner.config import PACKAGE_DIR
+from dllm_bench.runner.run_config import RunConfig
 from dllm_bench.tasks import Task
 
 # Package folders that cannot change a run's rows: the report builders read results; the tiny checkpoints are
@@ -90,20 +91,20 @@ def tokenizer_digest(name_or_path: str) -> str | None:
     return _short(digest)
 
 
-def run_identity(c: dict[str, Any], task: Task, docs: list[dict]) -> dict[str, Any]:
-    """The parts of a run's identity beyond its config (`c` has `model.fingerprint` set already); a served run
-    adds its backend, URL and the model its server reports (`served.server_identity`), a local run nothing."""
+def run_identity(run: RunConfig, task: Task, docs: list[dict]) -> dict[str, Any]:
+    """The parts of a run's identity beyond its config (`run.fingerprint` set already); a served run adds its
+    backend, URL and the model its server reports (`served.server_identity`), a local run nothing."""
     served = {}
-    if "backend" in c:
+    if run.backend is not None:
         from dllm_bench.runner.served import server_identity
 
-        served = {"backend": server_identity(c)}
+        served = {"backend": server_identity(run)}
     return {
         "code": code_digest(),
         "data": data_digest(task, docs),
-        "weights": c["model"].get("fingerprint"),
-        "tokenizer": tokenizer_digest(c["model"]["name_or_path"]),
-        "selection": {"offset": int(c.get("offset", 0)), "limit": c.get("limit")},
+        "weights": run.fingerprint,
+        "tokenizer": tokenizer_digest(run.model.name_or_path),
+        "selection": {"offset": int(run.offset), "limit": run.limit},
         **served,
     }
 

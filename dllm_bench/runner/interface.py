@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from dllm_bench.runner.run_config import RunConfig
 from dllm_bench.runner.sharding import DistContext
 
 
@@ -27,7 +28,7 @@ class Generation:
     trace: dict[str, Any] | None = None
 
 
-EngineFactory = Callable[[dict[str, Any], DistContext], "Engine"]
+EngineFactory = Callable[[RunConfig, DistContext], "Engine"]
 
 
 class Engine:

@@ -9,6 +9,7 @@ from typing import Any
 
 from dllm_bench.models.loading import load_tokenizer, parse_config
 from dllm_bench.runner.errors import ConfigError
+from dllm_bench.runner.run_config import RunConfig
 from dllm_bench.tasks import Task
 from dllm_bench.tasks.chat import render_prompt
 
@@ -48,10 +49,10 @@ def prompt_lengths(tokenizer: Any, texts: list[str], chat: bool) -> list[int]:
     return [len(ids) for ids in tokenizer(texts, add_special_tokens=not chat)["input_ids"]]
 
 
-def check_prompts_fit(c: dict[str, Any], task: Task, docs: list[dict], selected: list[int]) -> None:
+def check_prompts_fit(run: RunConfig, task: Task, docs: list[dict], selected: list[int]) -> None:
     """The longest selected prompt plus `gen_length` within the model's positions (text prompts of a local
     checkpoint; an image task's prompt grows by the image's tokens inside the model, so only its answer is judged)."""
-    directory = Path(str(c["model"]["name_or_path"]))
+    directory = Path(str(run.model.name_or_path))
     found = model_positions(str(directory))
     if task.needs_images or found is None:
         return
@@ -59,12 +60,12 @@ def check_prompts_fit(c: dict[str, Any], task: Task, docs: list[dict], selected:
     tokenizer = load_tokenizer(directory)
     if tokenizer is None:
         return  # validation refuses a local checkpoint without its tokenizer
-    chat = bool(c["model"]["chat"])
+    chat = bool(run.model.chat)
     lengths = prompt_lengths(tokenizer, [render_prompt(task, docs[i], tokenizer, chat) for i in selected], chat)
     if not lengths:
         return
     longest = max(range(len(lengths)), key=lengths.__getitem__)
-    gen_length = int(c["gen_length"])
+    gen_length = int(run.gen_length)
     if lengths[longest] + gen_length > positions:
         doc = docs[selected[longest]]
         raise ConfigError(f"gen_length={gen_length} is not allowed: document {doc['sample_id']!r} has a "

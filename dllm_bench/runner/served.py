@@ -21,6 +21,8 @@ from typing import Any
 
 from dllm_bench.decoding.accounting import count_generated_tokens
 from dllm_bench.runner.interface import Engine, Generation
+from dllm_bench.runner.run_config import RunConfig
+from dllm_bench.runner.settings import BackendSettings
 from dllm_bench.runner.sharding import DistContext
 
 # SGLang's dLLM builds report the forward passes of a request per block in meta_info under this key
@@ -34,9 +36,10 @@ DECODING_KEYS = ("gen_length", "block_length", "temperature", "cfg_scale", "earl
                  "confidence_mask_in_softmax", "policy", "rule", "cache")
 
 
-def decoding_view(c: dict[str, Any]) -> dict[str, Any]:
+def decoding_view(run: RunConfig) -> dict[str, Any]:
     """The keys of a run config that choose how an answer is decoded (what a shipped server reports)."""
-    return {k: c.get(k) for k in DECODING_KEYS} | {"model.dtype": c["model"].get("dtype")}
+    c = run.as_dict()
+    return {k: c.get(k) for k in DECODING_KEYS} | {"model.dtype": run.model.dtype}
 
 
 class BackendError(ConnectionError):
@@ -195,27 +198,32 @@ class OpenAICompletions(Protocol):
 PROTOCOLS: dict[str, type[Protocol]] = {"sglang": SGLangNative, "openai": OpenAICompletions}
 
 
-def protocol(backend: dict[str, Any]) -> Protocol:
-    retry = Retry(float(backend.get("timeout_s", 600.0)), int(backend.get("retries", 3)),
-                  float(backend.get("backoff_s", 1.0)))
-    return PROTOCOLS[backend["name"]](str(backend["url"]), retry)
+def protocol(backend: BackendSettings) -> Protocol:
+    retry = Retry(float(backend.timeout_s), int(backend.retries), float(backend.backoff_s))
+    return PROTOCOLS[backend.name](str(backend.url), retry)
 
 
-def server_identity(c: dict[str, Any]) -> dict[str, Any]:
+def _backend(run: RunConfig) -> BackendSettings:
+    if run.backend is None:
+        raise ValueError("a local run has no server")
+    return run.backend
+
+
+def server_identity(run: RunConfig) -> dict[str, Any]:
     """What a served run's rows depend on beyond its config: the backend, its URL and the model the server
     reports. Refused here, before any folder is made: a server that is absent or speaks another protocol, and
     one that reports decoding with other keys than the run's (a table cell would be filled by another setting)."""
-    backend = c["backend"]
+    backend = _backend(run)
     proto = protocol(backend)
-    model = proto.served_model(backend.get("model"))
+    model = proto.served_model(backend.model)
     served = proto.server_decoding()
     if served is not None:
-        ours = json.loads(json.dumps(decoding_view(c)))
+        ours = json.loads(json.dumps(decoding_view(run)))
         differ = [f"{k}={served.get(k)!r} (the run: {ours[k]!r})" for k in ours if served.get(k) != ours[k]]
         if differ:
             raise BackendError(f"{proto.base} decodes with {'; '.join(differ)}: start the server with the run's "
                                "decoding overrides, or run those")
-    return {"name": backend["name"], "url": str(backend["url"]).rstrip("/"), "model": model}
+    return {"name": backend.name, "url": str(backend.url).rstrip("/"), "model": model}
 
 
 def reported_nfe(meta: dict[str, Any]) -> int | None:
@@ -230,22 +238,22 @@ def reported_nfe(meta: dict[str, Any]) -> int | None:
 class ServedEngine(Engine):
     """Generation by a server: one request per prompt, at most `backend.concurrency` in flight."""
 
-    def __init__(self, c: dict[str, Any], ctx: DistContext, model: str | None = None):
+    def __init__(self, run: RunConfig, ctx: DistContext, model: str | None = None):
         from dllm_bench.models import load_model
 
-        backend = c["backend"]
+        backend = _backend(run)
         self.protocol = protocol(backend)
-        self.model_name = model if model is not None else self.protocol.served_model(backend.get("model"))
-        shell = load_model(str(c["model"]["name_or_path"]), device="meta")  # tokenizer and ids, no weights
+        self.model_name = model if model is not None else self.protocol.served_model(backend.model)
+        shell = load_model(str(run.model.name_or_path), device="meta")  # tokenizer and ids, no weights
         self.tokenizer = shell.tokenizer
         self.config = shell.config
         self.stop_token_ids = tuple(self.config.stop_token_ids)
-        self.device_name = f"{backend['name']} server at {self.protocol.base} ({self.model_name})"
-        self.chat = bool(c["model"]["chat"])
-        self.as_ids = backend.get("prompt_as", "ids") == "ids"
-        self.gen_length = int(c["gen_length"])
-        self.temperature = float(c.get("temperature", 0.0))
-        self.concurrency = int(backend.get("concurrency", 1))
+        self.device_name = f"{backend.name} server at {self.protocol.base} ({self.model_name})"
+        self.chat = bool(run.model.chat)
+        self.as_ids = backend.prompt_as == "ids"
+        self.gen_length = int(run.gen_length)
+        self.temperature = float(run.temperature)
+        self.concurrency = int(backend.concurrency)
 
     def _one(self, prompt: str, seed: int, stop_strings: tuple[str, ...]) -> Generation:
         prompt_ids = self.tokenizer.encode(prompt, add_special_tokens=not self.chat)

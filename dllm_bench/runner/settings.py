@@ -49,7 +49,7 @@ class ModelSettings:
     flavour: str = "llada"
     chat: bool = False
     vision: bool = False
-    forbidden_tokens: list[str] = field(default_factory=list)
+    forbidden_tokens: tuple[str, ...] = ()
     dtype: str | None = None
     device: str | None = None
     rope_full_precision: bool | None = None  # None = as the published model code (see load_model)

@@ -26,6 +26,8 @@ from dllm_bench.runner.config import to_container
 from dllm_bench.runner.errors import ConfigError
 from dllm_bench.runner.paths import check_output_location
 from dllm_bench.runner.positions import check_answer_fits, model_positions
+from dllm_bench.runner.renames import refusal, renamed_key
+from dllm_bench.runner.run_config import RunConfig
 from dllm_bench.runner.settings import (
     BACKENDS,
     GROUPS,
@@ -63,7 +65,11 @@ def _choice(key: str, value: Any, choices: Iterable[Any]) -> None:
 
 def _unknown(prefix: str, where: str, values: dict[str, Any], allowed: Iterable[str]) -> None:
     allowed = sorted(allowed)
+    group, option = prefix.rstrip("."), values.get("name")
     for key in sorted(values):
+        renamed = renamed_key(group, str(option), key)
+        if renamed is not None and key not in allowed:
+            raise ConfigError(refusal(renamed, values[key]))
         if key not in allowed:
             renamed = f" ({key} is now {RENAMED[key]}: {RENAMED[key]}={values[key]})" if key in RENAMED else ""
             _fail(f"{prefix}{key}", values[key], f"unknown key {where}{renamed}; allowed: {', '.join(allowed)}")
@@ -158,13 +164,12 @@ def check_backend(c: dict[str, Any]) -> None:
                                                "timing_docs=null")
 
 
-def check_decoding(c: dict[str, Any]) -> None:
+def check_decoding(run: RunConfig) -> None:
     """The engine's builders and the run's `DecodeSpec` judge the policy, rule and cache values and their pairing."""
     try:
-        build_spec(c)
+        build_spec(run)
     except (ValueError, TypeError) as err:
-        choice = ", ".join(f"{g}={c[g]['name']}" for g in ("policy", "rule", "cache"))
-        raise ConfigError(f"{choice}: {err}") from None
+        raise ConfigError(f"policy={run.policy.name}, rule={run.rule.name}, cache={run.cache.name}: {err}") from None
 
 
 def policy_flavours(policy: str) -> tuple[str, ...]:
@@ -174,22 +179,20 @@ def policy_flavours(policy: str) -> tuple[str, ...]:
     return tuple(cls.flavours) if cls is not None and cls.flavours else FLAVOURS
 
 
-def _validate_combination(c: dict[str, Any], task: Task) -> None:
-    policy, flavour = c["policy"]["name"], c["model"]["flavour"]
+def _validate_combination(run: RunConfig, task: Task) -> None:
+    policy, flavour = run.policy.name, run.model.flavour
     flavours = policy_flavours(policy)
     if flavour not in flavours:
         _fail("model.flavour", flavour, f"policy {policy!r} runs on {', '.join(flavours)} models only")
-    cache = c["cache"]["name"]
     try:
-        CACHES[cache].check_flavour(flavour, policy)
+        CACHES[run.cache.name].check_flavour(flavour, policy)
     except ValueError as err:
         _fail("model.flavour", flavour, str(err))
-    backend = (c.get("backend") or {}).get("name", "local")
-    if task.needs_images and backend != "local":
-        _fail("backend.name", backend, f"task {c['task']['name']!r} needs images; served backends take text")
-    if task.needs_images and not c["model"].get("vision"):
-        _fail("task.name", c["task"]["name"],
-              f"needs images, but model {c['model']['name_or_path']!r} is text-only (model.vision=false); "
+    if task.needs_images and run.backend is not None:
+        _fail("backend.name", run.backend.name, f"task {run.task.name!r} needs images; served backends take text")
+    if task.needs_images and not run.model.vision:
+        _fail("task.name", run.task.name,
+              f"needs images, but model {run.model.name_or_path!r} is text-only (model.vision=false); "
               "use a vision model such as model=llada_v")
 
 
@@ -220,6 +223,7 @@ def _check_device(device: Any) -> None:
 
 
 def _validate_model(model: dict[str, Any]) -> None:
+    """The model group's values, before the typed config is built from them."""
     _choice("model.flavour", model.get("flavour"), FLAVOURS)
     _choice("model.dtype", model.get("dtype"), DTYPES)
     _choice("model.rope_full_precision", model.get("rope_full_precision"), (None, True, False))
@@ -286,38 +290,48 @@ def build_task(task: dict[str, Any]) -> Task:
         raise ConfigError(f"task={name!r}: {e}") from None
 
 
-def _validate_timing_docs(c: dict[str, Any]) -> None:
+def _validate_timing_docs(run: RunConfig) -> None:
     """`timing_docs` (batched mode): a batch-1 timing pass over at most the run's own documents."""
-    n = c.get("timing_docs")
+    n = run.timing_docs
     if n is None:
         return
-    if c["batch_size"] == 1:
+    if run.batch_size == 1:
         _fail("timing_docs", n, "only with batch_size > 1 (at batch_size=1 the run's own tokens/s is already "
                                 "a batch-1 timing); set timing_docs=null")
-    limit = c.get("limit")
+    limit = run.limit
     if limit is not None and n > limit:
         _fail("timing_docs", n, f"at most limit={limit} (the batch-1 pass times the first timing_docs of the "
                                 "run's documents)")
 
 
-def _validate_top_level(c: dict[str, Any]) -> None:
+def _validate_top_level(run: RunConfig) -> None:
     """The relations between top-level keys (each key's type and range: `check_keys`)."""
-    _validate_timing_docs(c)
-    _choice("count_rule", c.get("count_rule"), COUNT_RULES)
-    _choice("confidence_precision", c.get("confidence_precision", "float64"), PRECISIONS)
+    _validate_timing_docs(run)
+    _choice("count_rule", run.count_rule, COUNT_RULES)
+    _choice("confidence_precision", run.confidence_precision, PRECISIONS)
 
 
-def validate_config(cfg: DictConfig | dict) -> dict[str, Any]:
-    """Check every key and rule of docs/runner.md ("Validation"); return the resolved plain config."""
+def checked_run_config(c: dict[str, Any]) -> RunConfig:
+    """The typed config of a resolved plain one whose every key and type is accepted (`check_keys`), its decoding
+    choices judged by the builders (`check_decoding`); nothing is read from disk."""
+    check_keys(c)
+    run = RunConfig.from_dict(c)
+    check_decoding(run)
+    return run
+
+
+def validate_config(cfg: DictConfig | dict) -> RunConfig:
+    """Check every key and rule of docs/runner.md ("Validation"); return the typed run config."""
     c = to_container(cfg)
     check_keys(c)
     check_output_location(c["output_dir"], c["name"])
     _validate_model(c["model"])
-    positions = model_positions(str(c["model"]["name_or_path"]))
+    run = RunConfig.from_dict(c)
+    positions = model_positions(run.model.name_or_path)
     if positions is not None:
-        check_answer_fits(c["gen_length"], *positions)
-    task = build_task(c["task"])
-    _validate_top_level(c)
-    check_decoding(c)
-    _validate_combination(c, task)
-    return c
+        check_answer_fits(run.gen_length, *positions)
+    task = build_task(run.task.as_dict())
+    _validate_top_level(run)
+    check_decoding(run)
+    _validate_combination(run, task)
+    return run

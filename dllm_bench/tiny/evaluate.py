@@ -55,9 +55,9 @@ def decode_settings(gen_length: int, block_length: int) -> list[DecodeSetting]:
     return [
         DecodeSetting("sequential (top-1, one token per step)", "blocks", {"steps": gen_length}, "topk"),
         DecodeSetting("whole block in one step (top-k)", "blocks", {"steps": blocks}, "topk"),
-        DecodeSetting("threshold 0.9", "blocks", {}, "threshold", {"tau": 0.9}),
-        DecodeSetting("threshold 0.5", "blocks", {}, "threshold", {"tau": 0.5}),
-        DecodeSetting("threshold 0.3", "blocks", {}, "threshold", {"tau": 0.3}),
+        DecodeSetting("threshold 0.9", "blocks", {}, "threshold", {"threshold": 0.9}),
+        DecodeSetting("threshold 0.5", "blocks", {}, "threshold", {"threshold": 0.5}),
+        DecodeSetting("threshold 0.3", "blocks", {}, "threshold", {"threshold": 0.3}),
         DecodeSetting("factor 1.0", "blocks", {}, "factor", {"f": 1.0}),
         DecodeSetting("Fréchet 0.25", "blocks", {}, "frechet", {"delta": 0.25}),
         DecodeSetting("SlowFast (code preset)", "slowfast", {"preset": "code"}),

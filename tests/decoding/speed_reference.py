@@ -51,8 +51,8 @@ RECORDED_CACHE_PARAMS = {"dllm": {"prompt_interval": 50, "response_interval": 7}
 TINY_BLOCK = 8
 RULES = {
     "sequential": ("blocks", {"steps": DEFAULT_GEN_LENGTH}, "topk", {}),
-    "threshold0.9": ("blocks", {}, "threshold", {"tau": 0.9}),
-    "threshold0.5": ("blocks", {}, "threshold", {"tau": 0.5}),
+    "threshold0.9": ("blocks", {}, "threshold", {"threshold": 0.9}),
+    "threshold0.5": ("blocks", {}, "threshold", {"threshold": 0.5}),
     "factor1.0": ("blocks", {}, "factor", {"f": 1.0}),
     "factor1.0compat": ("blocks", {}, "factor", {"f": 1.0, "compat": True}),
     "frechet0.25": ("blocks", {}, "frechet", {"delta": 0.25}),
@@ -61,7 +61,7 @@ RULES = {
 DREAM_ALGS = {f"dream_{alg}": ("dream", {"steps": DEFAULT_GEN_LENGTH, "alg": alg}, None, {})
               for alg in ("maskgit_plus", "topk_margin", "entropy")}
 EARLIER_CONFIDENCE = Sampling(confidence_mask_in_softmax=False)
-VOCAB_RULES = {"threshold0.9": ("threshold", {"tau": 0.9}), "frechet0.25": ("frechet", {"delta": 0.25})}
+VOCAB_RULES = {"threshold0.9": ("threshold", {"threshold": 0.9}), "frechet0.25": ("frechet", {"delta": 0.25})}
 
 
 def _sha(values: torch.Tensor) -> str:

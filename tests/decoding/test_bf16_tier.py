@@ -45,7 +45,7 @@ PRECISION = {"llada": "float64", "dream": "model"}
 
 RULES = {  # name -> (policy, its parameters, selector, its parameters)
     "topk": ("blocks", {"steps": G}, "topk", {}),
-    "threshold": ("blocks", {}, "threshold", {"tau": 0.9}),
+    "threshold": ("blocks", {}, "threshold", {"threshold": 0.9}),
     "factor": ("blocks", {}, "factor", {"f": 1.0}),
     "factor_compat": ("blocks", {}, "factor", {"f": 1.0, "compat": True}),
     "frechet": ("blocks", {}, "frechet", {"delta": 0.25}),
@@ -54,7 +54,7 @@ RULES = {  # name -> (policy, its parameters, selector, its parameters)
 }
 DREAM_RULES = {
     **{f"dream_{alg}": ("dream", {"steps": G, "alg": alg}, None, {}) for alg in ("maskgit_plus", "topk_margin", "entropy")},
-    "dream_threshold": ("dream_threshold", {"steps": 3, "tau": 0.9}, None, {}),
+    "dream_threshold": ("dream_threshold", {"steps": 3, "threshold": 0.9}, None, {}),
     "slowfast_dream": ("slowfast", {"preset": "dream"}, None, {}),
 }
 CACHES = {"none": {}, "prefix": {}, "dual": {}, "dllm": {"prompt_interval": 4, "response_interval": 2, "verify_ratio": 0.25}}

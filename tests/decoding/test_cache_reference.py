@@ -150,7 +150,7 @@ def reference_decode(net: PlainNetwork, prompt: list[int], rule: str, param=None
 
 def engine_decode(model, prompt, rule, param, steps, cache, block_length=BL):
     ids = torch.tensor([prompt])
-    selector = build_selector("topk") if rule == "topk" else build_selector("threshold", tau=param)
+    selector = build_selector("topk") if rule == "topk" else build_selector("threshold", threshold=param)
     return spec_generate(model, ids, torch.ones_like(ids), gen_length=G, block_length=block_length,
                          policy=build_policy("blocks", steps=steps), selector=selector, cache=cache)
 

@@ -26,11 +26,11 @@ pytestmark = pytest.mark.fast  # the inner loop: make test-fast
     [
         ("frechet", {"delta": 1.0}, r"delta must be in \[0, 1\), got 1.0"),
         ("frechet", {"delta": -0.1}, "delta"),
-        ("threshold", {"tau": 0.0}, r"tau must be in \(0, 1\]"),
-        ("threshold", {"tau": 1.5}, "tau"),
+        ("threshold", {"threshold": 0.0}, r"threshold must be in \(0, 1\]"),
+        ("threshold", {"threshold": 1.5}, "threshold"),
         ("factor", {"f": 0.0}, "f must be > 0"),
         ("nucleus", {}, "is not one of"),
-        ("frechet", {"tau": 0.5}, "unknown"),
+        ("frechet", {"threshold": 0.5}, "unknown"),
     ],
 )
 def test_bad_selector_values(name, params, match):
@@ -57,9 +57,9 @@ def test_bad_policy_and_cache_values():
 
 def test_presets_match_code_and_paper():
     code, paper = build_policy("slowfast", preset="code"), build_policy("slowfast", preset="paper")
-    assert (code.explore_steps, code.tau_min, code.tau_high) == (6, 0.3, 0.9)
-    assert (paper.explore_steps, paper.tau_min, paper.tau_high) == (8, 0.1, 0.85)
-    assert build_policy("slowfast", preset="paper", tau_high=0.8).tau_high == 0.8
+    assert (code.explore_steps, code.converge_threshold, code.threshold) == (6, 0.3, 0.9)
+    assert (paper.explore_steps, paper.converge_threshold, paper.threshold) == (8, 0.1, 0.85)
+    assert build_policy("slowfast", preset="paper", threshold=0.8).threshold == 0.8
     assert set(SLOWFAST_PRESETS) == {"code", "paper", "dream"}
 
 

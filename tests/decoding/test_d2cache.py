@@ -72,7 +72,7 @@ def _prompts(name: str = "tiny_llada") -> dict[str, list[int]]:
 def _spec(setting: dict, top_up: bool = False, trace: bool = False) -> DecodeSpec:
     G = setting["gen_length"]
     if setting.get("threshold") is not None:
-        policy, rule = build_policy("blocks"), build_rule("threshold", tau=setting["threshold"])
+        policy, rule = build_policy("blocks"), build_rule("threshold", threshold=setting["threshold"])
     elif setting.get("sigma"):
         policy, rule = build_policy("blocks", steps=G), build_rule("certainty_prior", sigma=setting["sigma"])
     else:

@@ -37,9 +37,9 @@ DEFAULT_SETTINGS = covering_settings(GOLDEN["settings"], lambda s: {
 def _spec(setting: dict) -> DecodeSpec:
     topk = setting["rule"] == "topk"
     policy = build_policy("dpad", steps=setting["gen_length"] if topk else None,
-                          suffix_window=setting["suffix_window"], sigma=setting["sigma"], scale=setting["scale"],
+                          suffix_window=setting["suffix_window"], max_sd=setting["sigma"], scale=setting["scale"],
                           early_termination=setting["early_termination"])
-    rule = build_rule("topk") if topk else build_rule("threshold", tau=setting["tau"])
+    rule = build_rule("topk") if topk else build_rule("threshold", threshold=setting["tau"])
     return DecodeSpec(Decoding(setting["gen_length"], GOLDEN["block_length"], policy, rule,
                                build_cache(LOOP_CACHE[setting["loop"]])))
 
@@ -131,7 +131,7 @@ def test_pruned_canvas_equals_a_key_masked_full_canvas(tiny_llada_dir):
     ({"suffix_window": 40}, "none", "dpad suffix_window 40 is longer than gen_length 24"),
     ({}, "dllm", "dpad runs without a cache or with prefix/dual"),
     ({"rng": "torch"}, "none", "dpad rng 'torch' is not one of row, global"),
-    ({"sigma": 0}, "none", "dpad sigma must be a number > 0"),
+    ({"max_sd": 0}, "none", "dpad max_sd must be a number > 0"),
 ])
 def test_refusals_name_the_bad_value(params, cache_name, message):
     with pytest.raises(ValueError, match=message):

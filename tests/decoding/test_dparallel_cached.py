@@ -49,7 +49,7 @@ def test_cached_loops_equal_ours_plus_one_forward_per_block_filled_at_once(index
     setting = GOLDEN["settings"][index]
     block = setting["block_length"]
     spec = DecodeSpec(Decoding(setting["gen_length"], block, build_policy("blocks"),
-                               build_rule("entropy_threshold", threshold=setting["threshold"]),
+                               build_rule("entropy_threshold", max_entropy=setting["threshold"]),
                                build_cache(setting["loop"])), Sampling(), accounting=Accounting(trace=True))
     rows = setting["puzzles"] if full else setting["puzzles"][:DEFAULT_PUZZLES]
     exact = same_machine("dparallel_cached_published.json")

@@ -82,7 +82,7 @@ class MaskLogitOff:
 def decode(model, prompts, steps, tau, gen_length, **kw):
     ids, mask = left_pad(prompts, model.config.pad_token_id)
     return spec_generate(model, ids, mask, gen_length=gen_length, block_length=gen_length,
-                         policy=build_policy("dream_threshold", steps=steps, tau=tau), **kw)
+                         policy=build_policy("dream_threshold", steps=steps, threshold=tau), **kw)
 
 
 @pytest.mark.parametrize("steps,tau", [(2, 0.9), (4, 0.5), (4, 0.99), (8, 0.7), (16, 0.9)])
@@ -180,7 +180,7 @@ def drive(policy: DreamThresholdPolicy, rows: list[int], G: int, seed: int, tied
             entry = log[b]
             entry["commits"].append(int(commit[b].sum()))
             entry["offered"].append(int(offered[b]))
-            entry["passing"].append(int((cand[b] & (conf[b] >= policy.tau)).sum()))
+            entry["passing"].append(int((cand[b] & (conf[b] >= policy.threshold)).sum()))
             left = int(state.quota[b] * (state.planned[b] - state.step[b]) + state.carry[b])
             entry["invariant"].append((int(masked[b].sum()), left))
             entry["nfe"] += 1
@@ -203,7 +203,7 @@ def drive(policy: DreamThresholdPolicy, rows: list[int], G: int, seed: int, tied
 def test_slot_accounting_properties(G, steps_index, tau, seed, tied, batch):
     divisors = [d for d in range(1, G + 1) if G % d == 0]
     steps = divisors[steps_index % len(divisors)]
-    policy = build_policy("dream_threshold", steps=steps, tau=tau)
+    policy = build_policy("dream_threshold", steps=steps, threshold=tau)
     rows = list(range(batch))
     log = drive(policy, rows, G, seed, tied)
     for r, entry in zip(rows, log):
@@ -230,7 +230,7 @@ def test_slot_accounting_properties(G, steps_index, tau, seed, tied, batch):
 
 @pytest.mark.parametrize("params,bad", [
     ({"steps": 0}, "steps"), ({"steps": -2}, "steps"), ({"steps": 2.5}, "steps"), ({"steps": True}, "steps"),
-    ({"steps": 4, "tau": 0.0}, "tau"), ({"steps": 4, "tau": 1.2}, "tau"), ({"steps": 4, "tau": "0.9"}, "tau"),
+    ({"steps": 4, "threshold": 0.0}, "threshold"), ({"steps": 4, "threshold": 1.2}, "threshold"), ({"steps": 4, "threshold": "0.9"}, "threshold"),
     ({"steps": 4, "alg": "entropy"}, "alg"),
 ])
 def test_build_refuses_bad_values_in_one_line(params, bad):
@@ -241,11 +241,11 @@ def test_build_refuses_bad_values_in_one_line(params, bad):
 
 def test_build_defaults_to_the_published_threshold():
     pol = build_policy("dream_threshold", steps=8)
-    assert (pol.name, pol.steps, pol.tau) == ("dream_threshold", 8, 0.9)
+    assert (pol.name, pol.steps, pol.threshold) == ("dream_threshold", 8, 0.9)
 
 
 @pytest.mark.parametrize("kwargs,needle", [
-    (dict(selector=("threshold", {"tau": 0.9})), "selector must be None"),
+    (dict(selector=("threshold", {"threshold": 0.9})), "selector must be None"),
     (dict(selector=("topk", {})), "selector must be None"),
     (dict(block_length=8), "no blocks"),
     (dict(steps=5), "must divide gen_length"),

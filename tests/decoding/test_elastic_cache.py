@@ -1,6 +1,6 @@
 """Elastic-Cache (implemented from the paper, arXiv 2510.14973) decodes as a plain per-puzzle loop written from the
 paper's description does, on the tiny LLaDA and Dream checkpoints (20 held-out puzzles, batch 20 in the engine):
-tokens, NFE and forward positions. Properties: a threshold gamma that never fires is the pure cached path (no
+tokens, NFE and forward positions. Properties: a threshold min_cosine that never fires is the pure cached path (no
 refresh forward), one that always fires (with ``refresh_drifting_layer``) is the uncached decode bit for bit (tokens
 and every step's logits), and a row of a batch decodes as it does alone.
 
@@ -44,7 +44,7 @@ def _prompts(flavour: str, n: int = N_PUZZLES) -> torch.Tensor:
 
 
 def _spec(cache_name: str = "elastic", **params) -> DecodeSpec:
-    return DecodeSpec(Decoding(GEN, BLOCK, build_policy("blocks"), build_rule("threshold", tau=TAU),
+    return DecodeSpec(Decoding(GEN, BLOCK, build_policy("blocks"), build_rule("threshold", threshold=TAU),
                                build_cache(cache_name, **params)), Sampling())
 
 
@@ -69,7 +69,7 @@ def _cosine(a, b):
     return float(((a * b).sum(-1) / (a.norm(dim=-1) * b.norm(dim=-1))).mean())
 
 
-def reference_decode(model, prompt: list[int], window=16, gamma=0.9, track_num=1):
+def reference_decode(model, prompt: list[int], window=16, min_cosine=0.9, track_num=1):
     """Elastic-Cache on one prompt (blocks of BLOCK, threshold TAU): answer ids, NFE, forward positions."""
     cfg = model.config
     L, P, mask = cfg.n_layers, len(prompt), cfg.mask_token_id
@@ -119,7 +119,7 @@ def reference_decode(model, prompt: list[int], window=16, gamma=0.9, track_num=1
                 h = h + blk.o_proj(out[None])[0]
                 h = h + blk.ffn(h[None])[0]
                 window_probs, _ = _attention(st["Q"][:, window_pos], st["K"], st["V"])
-                if full_from is None and _cosine(past, now) < gamma:
+                if full_from is None and _cosine(past, now) < min_cosine:
                     full_from = i + 1  # the paper: recompute from the next layer on
             received = window_probs.sum(dim=(0, 1)).masked_fill(masked, -1.0)
             picks += torch.topk(received, track_num).indices.tolist()
@@ -154,15 +154,15 @@ def _reference(flavour: str, prompts: torch.Tensor, **params):
     return [o[0] for o in out], [o[1] for o in out], [o[2] for o in out]
 
 
-@pytest.mark.parametrize(("flavour", "gamma", "n"), [
+@pytest.mark.parametrize(("flavour", "min_cosine", "n"), [
     ("llada", 0.9, N_PUZZLES), ("dream", 0.9, 6), ("llada", 0.0, 3), ("dream", 0.0, 3),
     *(pytest.param(f, g, N_PUZZLES, marks=pytest.mark.exhaustive) for f, g in (("dream", 0.9), ("llada", 0.0),
                                                                                ("dream", 0.0)))])
-def test_elastic_decodes_as_the_reference_loop(flavour, gamma, n):
+def test_elastic_decodes_as_the_reference_loop(flavour, min_cosine, n):
     prompts = _prompts(flavour, n)
     with torch.no_grad():
-        ref = _reference(flavour, prompts, gamma=gamma)
-    got = _engine(flavour, prompts, "float64", gamma=gamma)
+        ref = _reference(flavour, prompts, min_cosine=min_cosine)
+    got = _engine(flavour, prompts, "float64", min_cosine=min_cosine)
     assert got == ref
 
 
@@ -173,7 +173,7 @@ def test_a_threshold_that_never_fires_runs_no_refresh_forward():
     hook = model.register_forward_pre_hook(lambda m, a, kw: calls.append(kw.get("query_positions") is None),
                                            with_kwargs=True)
     try:
-        _, nfe, _ = _engine("llada", prompts, gamma=0.0)
+        _, nfe, _ = _engine("llada", prompts, min_cosine=0.0)
     finally:
         hook.remove()
     assert calls[0] and not any(calls[1:]) and len(calls) == max(nfe)  # one full forward, then queries only
@@ -184,7 +184,7 @@ def test_a_threshold_that_never_fires_runs_no_refresh_forward():
 def test_a_threshold_that_always_fires_is_the_uncached_decode_bit_for_bit(flavour):
     prompts, model = _prompts(flavour, 2), _model(flavour, "float32")
     logits = {}
-    for name, params in (("none", {}), ("elastic", {"gamma": 2.0, "refresh_drifting_layer": True})):
+    for name, params in (("none", {}), ("elastic", {"min_cosine": 2.0, "refresh_drifting_layer": True})):
         outs = []
         hook = model.register_forward_hook(lambda m, a, kw, out, outs=outs: outs.append((kw.get("query_positions"),
                                                                                           out)), with_kwargs=True)
@@ -209,7 +209,7 @@ def test_a_row_of_a_batch_decodes_as_it_does_alone(flavour):
 
 
 def test_parameters_and_combinations_are_refused_in_one_line():
-    for params, match in (({"gamma": 2.5}, r"^elastic gamma must be in \[0, 2\]"),
+    for params, match in (({"min_cosine": 2.5}, r"^elastic min_cosine must be in \[0, 2\]"),
                           ({"window": 0}, r"^elastic window must be >= 1"),
                           ({"track_num": 0}, r"^elastic track_num must be >= 1")):
         with pytest.raises(ValueError, match=match):

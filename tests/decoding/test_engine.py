@@ -61,7 +61,7 @@ def reference_decode(model, prompt, rule, param=None, steps=None):
 
 @pytest.mark.parametrize("rule,param,steps", [("topk", None, 8), ("threshold", 0.6, None), ("frechet", 0.1, None)])
 def test_engine_matches_simple_reference_loop(llada, rule, param, steps):
-    selector = {"topk": ("topk", {}), "threshold": ("threshold", {"tau": param}),
+    selector = {"topk": ("topk", {}), "threshold": ("threshold", {"threshold": param}),
                 "frechet": ("frechet", {"delta": param})}[rule]
     for prompt in prompts_for(llada):
         want, want_nfe = reference_decode(llada, prompt, rule, param, steps)
@@ -74,7 +74,7 @@ def test_engine_matches_simple_reference_loop(llada, rule, param, steps):
 
 SELECTORS = {
     "topk": (("topk", {}), ("blocks", {"steps": 8})),
-    "threshold": (("threshold", {"tau": 0.7}), ("blocks", {})),
+    "threshold": (("threshold", {"threshold": 0.7}), ("blocks", {})),
     "factor": (("factor", {"f": 1.0}), ("blocks", {})),
     "factor_compat": (("factor", {"f": 1.0, "compat": True}), ("blocks", {})),
     "frechet": (("frechet", {"delta": 0.2}), ("blocks", {})),
@@ -114,7 +114,7 @@ def test_dream_batched_equals_alone(dream, selector, cache):
 
 
 def test_rows_finish_at_different_steps_and_stop_costing(llada):
-    out = run(llada, prompts_for(llada), selector=("threshold", {"tau": 0.7}))
+    out = run(llada, prompts_for(llada), selector=("threshold", {"threshold": 0.7}))
     nfes = [r.nfe for r in out.records]
     assert len(set(nfes)) > 1  # the rows really desynchronise, so the batched test exercises cohorts
     # no cache: every forward computes the row's real prompt tokens (not the batch's left padding) and the answer
@@ -226,7 +226,7 @@ def test_model_kwargs_reach_every_forward_sliced_to_the_rows_run(llada):
     ids, mask = left_pad(prompts, llada.config.pad_token_id)
     extra = torch.arange(3).unsqueeze(1).expand(3, ids.shape[1] + G)
     spec_generate(Recorder(), ids, mask, gen_length=G, block_length=BL, policy=build_policy("blocks"),
-                  selector=build_selector("threshold", tau=0.7), cache=build_cache("dual"), model_kwargs={"extra": extra})
+                  selector=build_selector("threshold", threshold=0.7), cache=build_cache("dual"), model_kwargs={"extra": extra})
     assert all(b == e for b, e, _ in seen)
     assert any(rows != [0, 1, 2] for _, _, rows in seen)  # finished rows were dropped from some forwards
 

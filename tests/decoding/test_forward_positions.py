@@ -30,13 +30,13 @@ def decode(model, prompts, policy, selector, cache, block_length=BL):
 
 
 CASES = {
-    "none": (("blocks", {}), ("threshold", {"tau": 0.05}), ("none", {})),
-    "prefix": (("blocks", {}), ("threshold", {"tau": 0.05}), ("prefix", {})),
-    "dual": (("blocks", {}), ("threshold", {"tau": 0.05}), ("dual", {})),
-    "dllm": (("blocks", {}), ("threshold", {"tau": 0.05}),
+    "none": (("blocks", {}), ("threshold", {"threshold": 0.05}), ("none", {})),
+    "prefix": (("blocks", {}), ("threshold", {"threshold": 0.05}), ("prefix", {})),
+    "dual": (("blocks", {}), ("threshold", {"threshold": 0.05}), ("dual", {})),
+    "dllm": (("blocks", {}), ("threshold", {"threshold": 0.05}),
              ("dllm", {"prompt_interval": 3, "response_interval": 2, "verify_ratio": 0.25})),
-    "slowfast_cut": (("slowfast", {"preset": "code", "truncate_fast": True, "tau_high": 0.05}), None, ("none", {})),
-    "slowfast_cut_dllm": (("slowfast", {"preset": "code", "truncate_fast": True, "tau_high": 0.05}), None,
+    "slowfast_cut": (("slowfast", {"preset": "code", "truncate_fast": True, "threshold": 0.05}), None, ("none", {})),
+    "slowfast_cut_dllm": (("slowfast", {"preset": "code", "truncate_fast": True, "threshold": 0.05}), None,
                           ("dllm", {"prompt_interval": 3, "response_interval": 2, "verify_ratio": 0.25})),
 }
 

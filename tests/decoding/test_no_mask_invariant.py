@@ -18,7 +18,7 @@ from .spec_kwargs import spec_generate
 G = 16
 POLICIES = [
     *[(("blocks", {"steps": s}), ("topk", {})) for s in (2, 8)],
-    *[(("blocks", {}), sel) for sel in (("threshold", {"tau": 0.9}), ("factor", {"f": 1.0}),
+    *[(("blocks", {}), sel) for sel in (("threshold", {"threshold": 0.9}), ("factor", {"f": 1.0}),
                                         ("factor", {"f": 1.0, "compat": True}), ("frechet", {"delta": 0.25}),
                                         ("oracle", {}))],
     *[(("dream", {"steps": s, "alg": alg}), None) for alg in ("origin", "maskgit_plus", "topk_margin", "entropy")

@@ -21,13 +21,13 @@ def _ctx(conf: torch.Tensor, cand: torch.Tensor) -> StepContext:
 
 
 @pytest.mark.parametrize(("name", "params", "match"), [
-    ("eb_sampler", {"gama": 0.1}, r"^rule 'eb_sampler': unknown parameter gama=0.1; allowed: gamma$"),
-    ("eb_sampler", {"gamma": -1.0}, r"gamma must be >= 0"),
-    ("entropy_threshold", {"threshold": -0.1}, r"threshold must be >= 0"),
+    ("eb_sampler", {"gama": 0.1}, r"^rule 'eb_sampler': unknown parameter gama=0.1; allowed: entropy_budget$"),
+    ("eb_sampler", {"entropy_budget": -1.0}, r"entropy_budget must be >= 0"),
+    ("entropy_threshold", {"max_entropy": -0.1}, r"max_entropy must be >= 0"),
     ("hierarchy", {"threshold": "high"}, r"parameter threshold='high' must be float or None"),
     ("hierarchy", {"low_threshold": 1.5}, r"low_threshold must be in \[0, 1\] or null"),
     ("local_leap", {"radius": 2.5}, r"parameter radius=2.5 must be int"),
-    ("local_leap", {"tau": 0.7}, r"relaxed_tau <= tau"),
+    ("local_leap", {"threshold": 0.7}, r"relaxed_threshold <= threshold"),
     ("credit", {"beta": 1.5}, r"beta in \[0, 1\]"),
     ("credit", {"threshold": 0.0}, r"credit threshold must be in \(0, 1\]"),
 ])
@@ -112,7 +112,7 @@ def _run(rule, batch: list[tuple[list[float], list[bool]]], negate: bool = False
 @given(st.lists(rows, min_size=1, max_size=4), st.sampled_from([0.0, 1 / 64, 0.01, 0.1, 0.5, 2.0]))
 def test_eb_sampler_matches_reference(batch, gamma):
     # confidences are negative entropies: an entropy h in [0, 1] on the grid
-    got = _run(build_rule("eb_sampler", gamma=gamma), batch, negate=True)
+    got = _run(build_rule("eb_sampler", entropy_budget=gamma), batch, negate=True)
     for (c, m), g in zip(batch, got):
         assert g == ref_eb_sampler([-v for v in c], m, gamma)
 
@@ -120,7 +120,7 @@ def test_eb_sampler_matches_reference(batch, gamma):
 @settings(max_examples=150, deadline=None)
 @given(st.lists(rows, min_size=1, max_size=4), st.sampled_from([0.0, 0.25, 0.45, 0.5, 1.0]))
 def test_entropy_threshold_matches_reference(batch, threshold):
-    got = _run(build_rule("entropy_threshold", threshold=threshold), batch, negate=True)
+    got = _run(build_rule("entropy_threshold", max_entropy=threshold), batch, negate=True)
     for (c, m), g in zip(batch, got):
         assert g == ref_entropy_threshold([-v for v in c], m, threshold)
 
@@ -138,7 +138,7 @@ def test_hierarchy_matches_reference(batch, low, high):
 @given(st.lists(rows, min_size=1, max_size=4), st.sampled_from([(0.9, 0.75, 4), (0.8, 0.5, 1), (0.5, 0.5, 0)]))
 def test_local_leap_matches_reference(batch, params):
     tau, relaxed, radius = params
-    got = _run(build_rule("local_leap", tau=tau, relaxed_tau=relaxed, radius=radius), batch)
+    got = _run(build_rule("local_leap", threshold=tau, relaxed_threshold=relaxed, radius=radius), batch)
     for (c, m), g in zip(batch, got):
         assert g == ref_local_leap(c, m, tau, relaxed, radius)
 

@@ -45,7 +45,7 @@ def test_rule_declares_the_protocol(name):
 @pytest.mark.parametrize(("name", "params", "match"), [
     ("frechet", {"dleta": 0.1}, r"^rule 'frechet': unknown parameter dleta=0.1; allowed: delta$"),
     ("frechet", {"delta": "0.1"}, r"^rule 'frechet': parameter delta='0.1' must be float$"),
-    ("threshold", {"tau": True}, r"parameter tau=True must be float"),
+    ("threshold", {"threshold": True}, r"parameter threshold=True must be float"),
     ("factor", {"compat": 1}, r"parameter compat=1 must be bool"),
     ("topk", {"remasking": None}, r"parameter remasking=None must be str"),
 ])

@@ -80,7 +80,7 @@ def run_klass(rule, logits_steps, G: int, block: int) -> list[set[int]]:
             commit = rule.commit(ctx)
             tokens = rule.tokens(ctx)
             assert not (commit & ~cand).any()
-            if rule.variant == "dream":  # the token is the argmax of the logits-dtype softmax
+            if rule.flavour == "dream":  # the token is the argmax of the logits-dtype softmax
                 want = torch.softmax(logits, dim=-1).argmax(dim=-1).unsqueeze(0)
                 assert torch.equal(tokens[commit], want[commit])
             masked &= ~commit
@@ -100,12 +100,12 @@ def test_klass_matches_reference(seed, shape, params, variant, drift):
     V = 5
     base = torch.randn(G, V, generator=g) * 3
     logits_steps = [base + drift * torch.randn(G, V, generator=g) * (0.5 ** (t / 4)) for t in range(G + 1)]
-    rule = build_rule("klass", conf_threshold=c, kl_threshold=kappa, history_length=H, variant=variant)
+    rule = build_rule("klass", threshold=c, kl_threshold=kappa, history_length=H, flavour=variant)
     assert run_klass(rule, logits_steps, G, block) == ref_klass(logits_steps, G, block, c, kappa, H, variant)
 
 
 def test_klass_state_runs_on_the_meta_device():
-    rule = build_rule("klass", variant="dream")
+    rule = build_rule("klass", flavour="dream")
     state = rule.init_state(2, 16, 8, torch.device("meta"))
     masked = torch.empty(2, 16, dtype=torch.bool, device="meta")
     lo = torch.empty(2, dtype=torch.long, device="meta")
@@ -119,18 +119,18 @@ def test_klass_state_runs_on_the_meta_device():
 
 
 def test_klass_presets_are_the_published_scripts():
-    assert PRESETS["llada_gsm8k"] == {"conf_threshold": 0.6, "kl_threshold": 0.015}
-    assert PRESETS["llada_humaneval"] == {"conf_threshold": 0.9, "kl_threshold": 0.01}
-    assert PRESETS["dream_gsm8k"] == {"conf_threshold": 0.9, "kl_threshold": 0.001, "variant": "dream"}
+    assert PRESETS["llada_gsm8k"] == {"threshold": 0.6, "kl_threshold": 0.015}
+    assert PRESETS["llada_humaneval"] == {"threshold": 0.9, "kl_threshold": 0.01}
+    assert PRESETS["dream_gsm8k"] == {"threshold": 0.9, "kl_threshold": 0.001, "flavour": "dream"}
     for params in PRESETS.values():
         build_rule("klass", **params)
 
 
 @pytest.mark.parametrize(("params", "match"), [
-    ({"conf_threshold": 1.5}, r"^klass conf_threshold must be in \[0, 1\], got 1.5$"),
+    ({"threshold": 1.5}, r"^klass threshold must be in \[0, 1\], got 1.5$"),
     ({"kl_threshold": 0.0}, r"^klass kl_threshold must be > 0 \(nats\), got 0.0$"),
     ({"history_length": 0}, r"^klass history_length must be >= 1, got 0$"),
-    ({"variant": "llama"}, r"^klass variant must be one of \('llada', 'dream'\), got 'llama'$"),
+    ({"flavour": "llama"}, r"^klass flavour must be one of \('llada', 'dream'\), got 'llama'$"),
 ])
 def test_klass_refuses_bad_values_in_one_line(params, match):
     with pytest.raises(ValueError, match=match):
@@ -152,9 +152,9 @@ def test_klass_refuses_the_dual_cache_and_policies_without_blocks():
 def test_klass_takes_steps_with_the_llada_loop_only():
     check_combination(build_policy("blocks", steps=12), build_rule("klass"), build_cache("none"), gen_length=24,
                       block_length=8)
-    with pytest.raises(ValueError, match=r"^rule 'klass' variant 'dream' runs dream_klass.py's steps = gen_length "
+    with pytest.raises(ValueError, match=r"^rule 'klass' flavour 'dream' runs dream_klass.py's steps = gen_length "
                                          r"\(policy blocks without steps\), got steps=12$"):
-        check_combination(build_policy("blocks", steps=12), build_rule("klass", variant="dream"),
+        check_combination(build_policy("blocks", steps=12), build_rule("klass", flavour="dream"),
                           build_cache("none"), gen_length=24, block_length=24)
 
 

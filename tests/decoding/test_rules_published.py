@@ -18,6 +18,7 @@ import torch
 
 from dllm_bench.decoding import DecodeSpec, Decoding, Sampling, build_cache, build_policy, generate
 from dllm_bench.decoding.rules import build_rule
+from dllm_bench.runner.renames import current_names
 
 from .published_goldens import answer_hash
 from .published_goldens import puzzle_prompts as _prompts
@@ -51,7 +52,7 @@ def _decode(setting: dict, sample_ids: list[int]) -> list[tuple[str, int]]:
     assert len({len(p) for p in batch}) == 1  # the chat-templated puzzles have one length: no padding
     policy = build_policy("blocks", steps=setting.get("steps"))
     spec = DecodeSpec(Decoding(GOLDEN["gen_length"], setting["block_length"], policy,
-                               build_rule(setting["rule"], **setting["params"]), build_cache("none")),
+                               build_rule(setting["rule"], **current_names("rule", setting["rule"], setting["params"])), build_cache("none")),
                       Sampling(confidence_precision=setting["precision"]))
     with torch.no_grad():
         out = generate(model, torch.tensor(batch), None, spec)

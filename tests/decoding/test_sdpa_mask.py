@@ -28,7 +28,7 @@ def sdpa_masks(monkeypatch):
 
 
 def _spec(cache: str) -> DecodeSpec:
-    return DecodeSpec(Decoding(16, 8, build_policy("blocks"), build_selector("threshold", tau=0.9), build_cache(cache)))
+    return DecodeSpec(Decoding(16, 8, build_policy("blocks"), build_selector("threshold", threshold=0.9), build_cache(cache)))
 
 
 @pytest.mark.parametrize("cache", ["none", "prefix", "dual", "dllm"])

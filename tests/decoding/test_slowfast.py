@@ -52,7 +52,7 @@ def test_llada_slowfast_freeze_mean_fallback_and_fast_phase():
         # fast on [4, 6): position 5 left
         [0, 0, 0, 0, 0, 0.3, 0, 0],
     ]
-    out, net, hist = run(script, explore_steps=3, tau_min=0.3, stability_window=2, tau_high=0.9)
+    out, net, hist = run(script, explore_steps=3, converge_threshold=0.3, stability_window=2, threshold=0.9)
     tokens = out.tokens[0].tolist()
     assert MASK not in tokens and tokens == [1 + j % 10 for j in range(G)]
     assert out.records[0].nfe == 8 and len(net.calls) == 8
@@ -74,12 +74,12 @@ def test_fallback_to_mean_when_window_never_fills_and_explore_runs_k_forwards():
     script = [
         [0.95, 0.5, 0.4, LOW, LOW, LOW, LOW, LOW],
         [0, 0.45, 0.2, 0.2, 0.2, 0.4, LOW, LOW],
-        [0, 0, 0.99, 0.99, LOW, LOW, LOW, LOW],  # fast: two >= tau_high at once
+        [0, 0, 0.99, 0.99, LOW, LOW, LOW, LOW],  # fast: two >= threshold at once
         # next cycle from 4: everything very confident, exploration still takes K forwards
         [0, 0, 0, 0, 0.99, 0.99, 0.99, 0.99],
         [0, 0, 0, 0, 0, 0, 0, 0],
     ]
-    out, net, hist = run(script, explore_steps=2, tau_min=0.3, stability_window=4, tau_high=0.9)
+    out, net, hist = run(script, explore_steps=2, converge_threshold=0.3, stability_window=4, threshold=0.9)
     assert hist[1]["span_end"].item() == 4 and hist[1]["fast"].item()
     assert committed_per_step(out)[:4] == [1, 1, 2, 4]
     # block full after call 4, but the published explore phase still runs K = 2 forwards
@@ -107,9 +107,9 @@ def test_truncated_fast_phase_reproduces_published_canvas_lengths():
         [0, 0, 0.5, 0.4, LOW, LOW, LOW, LOW],
         [0, 0, 0, 0.5, LOW, LOW, LOW, LOW],
     ]
-    out, net, _ = run(script, explore_steps=2, tau_min=0.3, truncate_fast=True, trace=False)
+    out, net, _ = run(script, explore_steps=2, converge_threshold=0.3, truncate_fast=True, trace=False)
     lengths = [t for _, t in net.calls]
     assert lengths[:4] == [P + G, P + G, P + G, P + 4]  # first fast call full, then cut at the span end
-    clean, net2, _ = run(script, explore_steps=2, tau_min=0.3, trace=False)
+    clean, net2, _ = run(script, explore_steps=2, converge_threshold=0.3, trace=False)
     assert all(t == P + G for _, t in net2.calls)
     assert torch.equal(clean.tokens, out.tokens)

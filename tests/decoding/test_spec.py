@@ -176,7 +176,7 @@ def test_slowfast_state_starts_each_row_exploring_the_whole_first_block():
 def test_token_ids_given_in_the_spec_override_the_model_config():
     net = ScriptedNetwork(2, [[0.99, 0.99, 0.99, 0.5, 0.5, 0.5, 0.5, 0.5], [0.99] * 8])
     ids = torch.zeros(1, 2, dtype=torch.long)
-    early = spec_of({"gen_length": 8, "block_length": 8, "selector": build_selector("threshold", tau=0.9),
+    early = spec_of({"gen_length": 8, "block_length": 8, "selector": build_selector("threshold", threshold=0.9),
                      "early_stop": True})
     with pytest.raises(ValueError, match=r"^early_stop needs stop token ids .* spec.token_ids.stop or model.config$"):
         generate(net, ids, None, dataclasses.replace(early, token_ids=TokenIds(stop=())))

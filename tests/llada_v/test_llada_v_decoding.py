@@ -23,7 +23,7 @@ from dllm_bench.models.llada_v import LLaDAV, add_image_placeholders, forbidden_
 GEN, BLOCK, STEPS = 8, 4, 4
 SELECTORS = {
     "topk": ({}, STEPS),
-    "threshold": ({"tau": 0.9}, None),
+    "threshold": ({"threshold": 0.9}, None),
     "factor": ({"f": 1.0}, None),
     "frechet": ({"delta": 0.25}, None),
 }

@@ -15,20 +15,20 @@ from dllm_bench.report.tables import TABLES, table_cells
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "cells.md"
 
 # the published SlowFast hyperparameters (upstream_semantics.md section 4): paper fills the cell, code beside it
-SF_PAPER = ("slowfast(explore_steps=8, tau_min=0.1, stability_window=2, stability_threshold=1.0, tau_high=0.85, "
-            "explore_tau=null, min_parallel=2, variant=llada, truncate_fast=true)")
-SF_CODE = ("slowfast(explore_steps=6, tau_min=0.3, stability_window=2, stability_threshold=1.0, tau_high=0.9, "
-           "explore_tau=null, min_parallel=2, variant=llada, truncate_fast=true)")
-SF_DREAM_CODE = ("slowfast(explore_steps=6, tau_min=0.1, stability_window=2, stability_threshold=1.0, tau_high=0.9, "
-                 "explore_tau=0.8, min_parallel=2, variant=dream, truncate_fast=true)")
-SF_DREAM_PAPER = SF_DREAM_CODE.replace("explore_steps=6", "explore_steps=8").replace("tau_high=0.9", "tau_high=0.85")
+SF_PAPER = ("slowfast(explore_steps=8, converge_threshold=0.1, stability_window=2, stability_threshold=1.0, threshold=0.85, "
+            "explore_threshold=null, min_parallel=2, flavour=llada, truncate_fast=true)")
+SF_CODE = ("slowfast(explore_steps=6, converge_threshold=0.3, stability_window=2, stability_threshold=1.0, threshold=0.9, "
+           "explore_threshold=null, min_parallel=2, flavour=llada, truncate_fast=true)")
+SF_DREAM_CODE = ("slowfast(explore_steps=6, converge_threshold=0.1, stability_window=2, stability_threshold=1.0, threshold=0.9, "
+                 "explore_threshold=0.8, min_parallel=2, flavour=dream, truncate_fast=true)")
+SF_DREAM_PAPER = SF_DREAM_CODE.replace("explore_steps=6", "explore_steps=8").replace("threshold=0.9", "threshold=0.85")
 TOPK = "topk(remasking=low_confidence)"
 PREFIX = "prefix(refresh_every=null, compat_first_token=false)"
 DUAL = "dual(refresh_every=null, compat_first_token=false)"
 DREAM_PREFIX = "prefix(refresh_every=null, compat_first_token=true)"
 ADAPTIVE = "blocks(steps=null)"
 FIXED = "blocks(steps={gen})"
-TAU = "threshold(tau=0.9)"
+TAU = "threshold(threshold=0.9)"
 DLLM = "dllm(prompt_interval={kp}, response_interval={kr}, verify_ratio={rho}, layer0_always=true, verify_compat=false)"
 # SlowFast + dLLM-Cache per-task K_p / K_r / rho of the SlowFast scripts (upstream_semantics.md section 3)
 SF_CACHE = {"GSM8K": (15, 1, 0.0), "GPQA": (15, 5, 0.25), "HumanEval": (10, 1, 0.0), "MBPP": (5, 1, 0.0),
@@ -43,7 +43,7 @@ EXPECTED: dict[str, dict[str, tuple[str, str, str, str]]] = {
         # the release's eval_gsm8k.sh: +Cache runs alg=entropy (negative-entropy ranking) with steps = gen_length;
         # +Parallel runs diffusion_steps = gen_length / 32 (a quota of 32 positions a step)
         "+Cache": (FIXED, "topk(remasking=entropy)", DREAM_PREFIX, "32"),
-        "+Parallel": ("dream_threshold(steps={gen32}, tau=0.9)", "none", "none", "{gen}"),
+        "+Parallel": ("dream_threshold(steps={gen32}, threshold=0.9)", "none", "none", "{gen}"),
         "Fast-dLLM": (ADAPTIVE, TAU, DREAM_PREFIX, "32")},
     **{t: {"LLaDA": (FIXED, TOPK, "none", "32"), "Parallel, No cache": (ADAPTIVE, TAU, "none", "32"),
            "Parallel, PrefixCache": (ADAPTIVE, TAU, PREFIX, "32"), "Parallel, DualCache": (ADAPTIVE, TAU, DUAL, "32")}

@@ -117,13 +117,13 @@ def test_demo_plot_is_readable_and_draws_a_rescore_once():
 def test_frontier_search_plot_is_readable():
     rows = [("a", 0.0, 90, 6.0), ("b", 0.2, 95, 7.0), ("c", 0.5, 94, 7.5), ("t", 0.8, 93, 5.0), ("u", 0.9, 96, 8.0)]
     runs = pd.DataFrame([{"run_id": r, "policy.name": "blocks", "rule.name": "frechet" if r < "t" else "threshold",
-                          "rule.delta": d, "rule.tau": d, "cache.name": "none", "n_samples": 100, "n_correct": c,
+                          "rule.delta": d, "rule.threshold": d, "cache.name": "none", "n_samples": 100, "n_correct": c,
                           "accuracy": c / 100, "tokens_per_s": 1.0, "tokens_per_forward": 16.0 / nfe,
                           "nfe_mean": nfe, "gen_length": 24} for r, d, c, nfe in rows])
     runs["accuracy_ci_low"], runs["accuracy_ci_high"] = zip(*(wilson_interval(c, 100) for _, _, c, _ in rows))
     studies = [Study("frechet-1", "frechet", "search", [], [{"number": i, "run_id": r, "params": {"rule.delta": d}}
                                                             for i, (r, d, *_) in enumerate(rows[:3])]),
-               Study("threshold-1", "threshold", "search", [], [{"number": i, "run_id": r, "params": {"rule.tau": d}}
+               Study("threshold-1", "threshold", "search", [], [{"number": i, "run_id": r, "params": {"rule.threshold": d}}
                                                                 for i, (r, d, *_) in enumerate(rows[3:])])]
     fig = search_figure(studies, runs, LONG_TITLE + " " + LONG_TITLE)
     try:

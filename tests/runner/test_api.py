@@ -30,8 +30,8 @@ def test_evaluate_returns_the_runs_rows_and_summary(tiny_llada_dir, tmp_path):
 def test_evaluate_refuses_a_bad_value_in_one_line(tiny_llada_dir, tmp_path):
     with pytest.raises(ConfigError) as err:
         dllm_bench.evaluate({"model.name_or_path": str(tiny_llada_dir), "output_dir": str(tmp_path), "rule": "threshold",
-                             "rule.tau": 1.5})
-    assert "tau" in str(err.value) and "\n" not in str(err.value)
+                             "rule.threshold": 1.5})
+    assert "threshold" in str(err.value) and "\n" not in str(err.value)
 
 
 def test_encode_prompts_are_the_runners_inputs(tiny_llada_dir):

@@ -18,7 +18,7 @@ from dllm_bench.runner.summary import SUMMARY_COLUMNS, TIMING_PASS_COLUMNS
 from dllm_bench.runner.validate import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
-COMMON = ["limit=10", "offset=3", "batch_size=4", "warmup=0", "rule=threshold", "rule.tau=0.5"]
+COMMON = ["limit=10", "offset=3", "batch_size=4", "warmup=0", "rule=threshold", "rule.threshold=0.5"]
 
 
 def run_dir(out: Path, name: str) -> Path:

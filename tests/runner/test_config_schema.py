@@ -88,16 +88,16 @@ SWITCHES = [
     (["cache=prefix"], "cache.compat_first_token", True, 2),
     (["cache=dual"], "cache.refresh_every", 4, 2),
     (["cache=dual"], "cache.compat_first_token", True, 2),
-    (["rule=threshold"], "rule.tau", 0.7, 1),
+    (["rule=threshold"], "rule.threshold", 0.7, 1),
     (["rule=factor"], "rule.f", 1.0, 1),
     (["rule=factor"], "rule.compat", True, 1),
     (["rule=frechet"], "rule.delta", 0.1, 1),
-    (["rule=eb_sampler"], "rule.gamma", 0.1, 1),
-    (["rule=entropy_threshold"], "rule.threshold", 0.45, 1),
+    (["rule=eb_sampler"], "rule.entropy_budget", 0.1, 1),
+    (["rule=entropy_threshold"], "rule.max_entropy", 0.45, 1),
     (["rule=hierarchy"], "rule.low_threshold", 0.3, 1),
     (["rule=hierarchy"], "rule.threshold", 0.8, 1),
-    (["rule=local_leap"], "rule.tau", 0.95, 1),
-    (["rule=local_leap"], "rule.relaxed_tau", 0.8, 1),
+    (["rule=local_leap"], "rule.threshold", 0.95, 1),
+    (["rule=local_leap"], "rule.relaxed_threshold", 0.8, 1),
     (["rule=local_leap"], "rule.radius", 2, 1),
     (["rule=credit"], "rule.threshold", 0.8, 1),
     (["rule=credit"], "rule.alpha", 1.0, 1),
@@ -106,18 +106,18 @@ SWITCHES = [
     (["rule=topk", "policy.steps=24"], "rule.remasking", "random", 1),
     (["rule=topk", "policy.steps=24"], "policy.steps", 12, 0),
     *[(["policy=slowfast_code"], f"policy.{k}", v, 0) for k, v in [
-        ("explore_steps", 3), ("tau_min", 0.2), ("stability_window", 3), ("stability_threshold", 0.5),
-        ("tau_high", 0.8), ("explore_tau", 0.7), ("min_parallel", 3), ("truncate_fast", True)]],
-    (["policy=slowfast_code", "gen_length=24", "block_length=24"], "policy.variant", "dream", 0),
+        ("explore_steps", 3), ("converge_threshold", 0.2), ("stability_window", 3), ("stability_threshold", 0.5),
+        ("threshold", 0.8), ("explore_threshold", 0.7), ("min_parallel", 3), ("truncate_fast", True)]],
+    (["policy=slowfast_code", "gen_length=24", "block_length=24"], "policy.flavour", "dream", 0),
     *[(["policy=dpad"], f"policy.{k}", v, 0) for k, v in [
-        ("suffix_window", 8), ("sigma", 3.0), ("scale", 2.3), ("early_termination", False), ("rng", "global")]],
+        ("suffix_window", 8), ("max_sd", 3.0), ("scale", 2.3), ("early_termination", False), ("rng", "global")]],
     (["policy=dpad", "rule=topk", "policy.steps=12"], "policy.steps", 24, 0),  # topk needs steps: 12 -> 24
     (["policy=wino"], "policy.threshold", 0.5, 0),
     (["policy=wino"], "policy.threshold_back", 0.95, 0),
-    (["rule=klass"], "rule.conf_threshold", 0.9, 1),
+    (["rule=klass"], "rule.threshold", 0.9, 1),
     (["rule=klass"], "rule.kl_threshold", 0.01, 1),
     (["rule=klass"], "rule.history_length", 3, 1),
-    (["rule=klass"], "rule.variant", "dream", 1),
+    (["rule=klass"], "rule.flavour", "dream", 1),
     (["rule=pc_sampler", "policy.steps=24"], "rule.lambd", 0.0, 1),
     (["rule=pc_sampler", "policy.steps=24"], "rule.alpha", 1.0, 1),
     (["rule=pc_sampler", "policy.steps=24"], "rule.reference_corpus", "tiny_dream", 1),
@@ -128,7 +128,7 @@ SWITCHES = [
     *[(["cache=d2cache"], f"cache.{k}", v, 2) for k, v in [
         ("rollout_p", 0.2), ("current_k", 8), ("sigma", 3.0), ("inflate_w", 4), ("top_up", True)]],
     *[(["cache=elastic"], f"cache.{k}", v, 2) for k, v in [
-        ("window", 8), ("gamma", 0.8), ("track_num", 2), ("refresh_drifting_layer", True)]],
+        ("window", 8), ("min_cosine", 0.8), ("track_num", 2), ("refresh_drifting_layer", True)]],
 ]
 
 

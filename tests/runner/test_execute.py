@@ -68,7 +68,7 @@ def test_layout_and_rerun_skips_finished(compose_cfg, llada_overrides, tmp_path)
 
 
 def test_sigkill_then_resume_gives_the_same_summary(compose_cfg, llada_overrides, tmp_path):
-    common = [*llada_overrides, "limit=16", "batch_size=2", "rule=threshold", "rule.tau=0.5", "warmup=0"]
+    common = [*llada_overrides, "limit=16", "batch_size=2", "rule=threshold", "rule.threshold=0.5", "warmup=0"]
     full = execute(compose_cfg(*common, "name=full"))
 
     killed_cfg = compose_cfg(*common, "name=killed")
@@ -164,7 +164,7 @@ def test_vision_model_reads_the_task_images(compose_cfg, tmp_path):
 
 
 def test_runs_csv_header_and_machine_columns_do_not_depend_on_run_order(compose_cfg, llada_overrides, tmp_path):
-    settings = [["rule=frechet", "cache=dual"], ["rule=threshold", "rule.tau=0.5"]]
+    settings = [["rule=frechet", "cache=dual"], ["rule=threshold", "rule.threshold=0.5"]]
     texts = []
     for sub, order in (("ab", settings), ("ba", settings[::-1])):
         for extra in order:

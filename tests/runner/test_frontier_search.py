@@ -102,13 +102,13 @@ def test_bad_objective_is_one_line_and_exit_2(run_cli, llada_overrides):
 
 
 def test_grid_points_and_levels():
-    space, fixed = parse_space(["rule.tau=interval(0.5, 1.0)", "limit=3"])
-    assert fixed == {"limit": "3"} and list(space) == ["rule.tau"]
-    assert grid_points(space, 3) == [{"rule.tau": 0.5}, {"rule.tau": 0.75}, {"rule.tau": 1.0}]
-    space, _ = parse_space(["policy.explore_steps=int(interval(1, 8))", "policy.tau_min=interval(0.1, 0.9)"])
+    space, fixed = parse_space(["rule.threshold=interval(0.5, 1.0)", "limit=3"])
+    assert fixed == {"limit": "3"} and list(space) == ["rule.threshold"]
+    assert grid_points(space, 3) == [{"rule.threshold": 0.5}, {"rule.threshold": 0.75}, {"rule.threshold": 1.0}]
+    space, _ = parse_space(["policy.explore_steps=int(interval(1, 8))", "policy.converge_threshold=interval(0.1, 0.9)"])
     assert levels(space["policy.explore_steps"], 3) == [1, 5, 8]  # integers stay integers
     grid = grid_points(space, 10)  # two parameters: 3 levels each, 9 <= 10 points
-    assert len(grid) == 9 and {p["policy.tau_min"] for p in grid} == {0.1, 0.5, 0.9}
+    assert len(grid) == 9 and {p["policy.converge_threshold"] for p in grid} == {0.1, 0.5, 0.9}
 
 
 @pytest.mark.parametrize("search_file", sorted(p.stem for p in (CONF_DIR / "hparams_search").glob("*.yaml")))

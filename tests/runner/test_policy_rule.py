@@ -90,14 +90,14 @@ def test_pair_runs_or_is_refused_with_its_reason(policy, rule, tmp_path):
         return
     row = execute(cfg)
     assert row["n_samples"] == 2 and row["nfe_mean"] >= 1
-    assert row["policy.name"] == validate_config(cfg)["policy"]["name"] and row["rule.name"] == rule
+    assert row["policy.name"] == validate_config(cfg).policy.name and row["rule.name"] == rule
 
 
 @pytest.mark.slow
 def test_slowfast_with_rule_threshold_at_tau_high_is_its_own_rule(tmp_path):
-    """The published phase rule (all >= tau_high, else top-1) is the threshold rule at tau_high: same decode."""
+    """The published phase rule (all >= threshold, else top-1) is the threshold rule at threshold: same decode."""
     rows = []
-    for extra in (["rule=none"], ["rule=threshold", "rule.tau=0.9"], ["rule=threshold", "rule.tau=0.3"]):
+    for extra in (["rule=none"], ["rule=threshold", "rule.threshold=0.9"], ["rule=threshold", "rule.threshold=0.3"]):
         with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
             # one exploration step per span, so the fast phase commits most of each block
             cfg = compose("config", overrides=["policy=slowfast_code", "policy.explore_steps=1", f"output_dir={tmp_path}",

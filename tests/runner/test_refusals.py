@@ -52,7 +52,7 @@ def assert_refused(code: int, lines: list[str], *needles: str, kind: str = "conf
 @pytest.mark.parametrize("extra", [
     ["temperature=nan"], ["cfg_scale=nan"], ["temperature=inf"], ["temperature=-inf"],
     ["rule=credit", "rule.alpha=nan"], ["cache=d2cache", "cache.sigma=inf"],
-    ["policy=slowfast_code", "rule=none", "policy.explore_tau=nan"],
+    ["policy=slowfast_code", "rule=none", "policy.explore_threshold=nan"],
 ], ids=lambda e: " ".join(e))
 def test_nan_and_infinity_are_refused_for_every_key(base, tmp_path, no_load, run_cli, extra):
     code, lines = run_cli(*base, *extra)
@@ -79,8 +79,8 @@ def test_every_declared_range_is_enforced(compose_cfg, llada_overrides):
                            "process may use) or null is required"),
     (["seed=-1"], "seed=-1 is not allowed: an integer in [0, 9223372036854775807] is required"),
     (["temperature=-0.5"], "temperature=-0.5 is not allowed: a number >= 0 is required"),
-    (["policy=slowfast_code", "rule=none", "policy.explore_tau=1.5"],
-     "policy.explore_tau=1.5 is not allowed: a number in [0, 1] or null is required"),
+    (["policy=slowfast_code", "rule=none", "policy.explore_threshold=1.5"],
+     "policy.explore_threshold=1.5 is not allowed: a number in [0, 1] or null is required"),
     (["policy=slowfast_code", "rule=none", "policy.min_parallel=0"],
      "policy.min_parallel=0 is not allowed: an integer >= 1 is required"),
     (["policy=slowfast_code", "rule=none", "policy.stability_threshold=-1"],

@@ -28,22 +28,22 @@ pytestmark = pytest.mark.fast  # the inner loop: make test-fast
 
 @pytest.fixture()
 def run_config(compose_cfg):
-    """overrides -> the validated plain config of `dllm-bench <overrides>`."""
+    """overrides -> the validated typed config of `dllm-bench <overrides>`."""
     return lambda *overrides: validate_config(compose_cfg("progress=false", *overrides))
 
 
 @pytest.mark.parametrize("overrides,decoding,sampling", [
-    (["rule=threshold", "rule.tau=0.8", "cache=dual", "temperature=0.5", "seed=7"],
-     Decoding(24, 8, BlockPolicy(steps=None), ThresholdSelector(tau=0.8), DualCache(), early_stop=True),
+    (["rule=threshold", "rule.threshold=0.8", "cache=dual", "temperature=0.5", "seed=7"],
+     Decoding(24, 8, BlockPolicy(steps=None), ThresholdSelector(threshold=0.8), DualCache(), early_stop=True),
      Sampling(temperature=0.5, seed=7)),
     (["policy=slowfast_code", "cache=dllm", "confidence_precision=float32", "confidence_mask_in_softmax=false"],
-     Decoding(24, 8, SlowFastPolicy(explore_steps=6, tau_min=0.3, stability_window=2, stability_threshold=1.0,
-                                    tau_high=0.9, explore_tau=None, min_parallel=2, variant="llada"),
+     Decoding(24, 8, SlowFastPolicy(explore_steps=6, converge_threshold=0.3, stability_window=2, stability_threshold=1.0,
+                                    threshold=0.9, explore_threshold=None, min_parallel=2, flavour="llada"),
               None, DLLMCache(prompt_interval=100, response_interval=6, verify_ratio=0.25, layer0_always=True),
               early_stop=True),
      Sampling(confidence_precision="float32", confidence_mask_in_softmax=False)),
     (["model=tiny_dream", "policy=dream_threshold", "policy.steps=4", "block_length=24", "early_stop=false"],
-     Decoding(24, 24, DreamThresholdPolicy(steps=4, tau=0.9), None, NoCache(), early_stop=False),
+     Decoding(24, 24, DreamThresholdPolicy(steps=4, threshold=0.9), None, NoCache(), early_stop=False),
      Sampling()),
     (["rule=oracle", "gen_length=16"],
      Decoding(16, 8, BlockPolicy(steps=None), OracleSelector(), NoCache(), early_stop=True), Sampling()),

@@ -307,7 +307,7 @@ def test_an_absent_server_or_another_protocol_or_model_is_refused_in_one_line(se
     # the shipped server reports its decoding: a run asking for another is refused, naming what differs
     line = refused(server.url, "sglang", "rule=topk", "policy.steps=24")
     assert (f"{server.url} decodes with policy={{'name': 'blocks', 'steps': None}} (the run: {{'name': 'blocks', "
-            "'steps': 24}); rule={'name': 'threshold', 'tau': 0.9} (the run: {'name': 'topk',") in line
+            "'steps': 24}); rule={'name': 'threshold', 'threshold': 0.9} (the run: {'name': 'topk',") in line
     assert not (tmp_path / "default").exists() or not any((tmp_path / "default").iterdir())
 
 

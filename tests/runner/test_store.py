@@ -50,20 +50,20 @@ def test_merge_folds_rank_files_in_document_order_without_duplicates(tmp_path):
 def test_runs_csv_upsert_replaces_same_run_and_unions_columns(tmp_path):
     a = ResultsStore(tmp_path, "exp", "run-a")
     b = ResultsStore(tmp_path, "exp", "run-b")
-    a.upsert_runs_csv({"run_id": "run-a", "rule.tau": 0.9, "accuracy": 0.5})
+    a.upsert_runs_csv({"run_id": "run-a", "rule.threshold": 0.9, "accuracy": 0.5})
     b.upsert_runs_csv({"run_id": "run-b", "rule.delta": 0.2, "accuracy": 0.7})
-    a.upsert_runs_csv({"run_id": "run-a", "rule.tau": 0.9, "accuracy": 0.6})
+    a.upsert_runs_csv({"run_id": "run-a", "rule.threshold": 0.9, "accuracy": 0.6})
     with open(a.runs_csv) as f:
         rows = list(csv.DictReader(f))
     assert [r["run_id"] for r in rows] == ["run-a", "run-b"]  # rows by run id, whatever order they arrived in
     assert rows[0]["accuracy"] == "0.6" and rows[0]["rule.delta"] == ""
-    assert list(rows[0]) == ["run_id", "rule.delta", "rule.tau", "accuracy"]
+    assert list(rows[0]) == ["run_id", "rule.delta", "rule.threshold", "accuracy"]
 
 
 def test_runs_csv_columns_in_schema_order_whatever_the_arrival_order(tmp_path):
     runs = [{"run_id": "r1", "name": "x", "rule.name": "frechet", "rule.delta": 0.2, "accuracy": 0.5,
              "n_samples": 4, "finished_at": "t", "cpu_count": 2},
-            {"finished_at": "t", "accuracy": 0.7, "cache.name": "dual", "rule.tau": 0.9, "run_id": "r2",
+            {"finished_at": "t", "accuracy": 0.7, "cache.name": "dual", "rule.threshold": 0.9, "run_id": "r2",
              "name": "x", "rule.name": "threshold", "n_samples": 4, "load_avg_start": 0.5}]
     texts = []
     for order, sub in ((runs, "a"), (runs[::-1], "b")):
@@ -71,7 +71,7 @@ def test_runs_csv_columns_in_schema_order_whatever_the_arrival_order(tmp_path):
             ResultsStore(tmp_path / sub, "exp", r["run_id"]).upsert_runs_csv(r)
         texts.append((tmp_path / sub / "exp" / "runs.csv").read_text())
     assert texts[0] == texts[1]
-    assert texts[0].splitlines()[0] == ("run_id,name,cache.name,rule.delta,rule.name,rule.tau,"
+    assert texts[0].splitlines()[0] == ("run_id,name,cache.name,rule.delta,rule.name,rule.threshold,"
                                          "n_samples,accuracy,cpu_count,load_avg_start,finished_at")
 
 

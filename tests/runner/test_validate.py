@@ -10,6 +10,7 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException, MissingConfigException
 
 from dllm_bench.runner.config import CONF_DIR
+from dllm_bench.runner.run_config import RunConfig
 from dllm_bench.runner.validate import ConfigError, validate_config
 
 pytestmark = pytest.mark.fast  # the inner loop: make test-fast
@@ -26,7 +27,7 @@ def compose_config(*overrides: str):
     return compose("config", overrides=list(overrides))
 
 
-def check(overrides: list[str], *extra: str) -> dict:
+def check(overrides: list[str], *extra: str) -> RunConfig:
     return validate_config(compose_config(*overrides, *extra))
 
 
@@ -37,7 +38,7 @@ def rejects(overrides: list[str], *extra: str, match: str) -> None:
 
 def test_defaults_are_valid(llada_overrides):
     c = check(llada_overrides)
-    assert c["task"]["name"] == "sudoku" and c["policy"]["name"] == "blocks" and c["rule"]["name"] == "threshold"
+    assert c.task.name == "sudoku" and c.policy.name == "blocks" and c.rule.name == "threshold"
 
 
 def test_unknown_group_option_lists_choices():
@@ -74,9 +75,9 @@ def test_unknown_rule_name_lists_known_names(llada_overrides):
      r"cache.verify_ratio=0.5 is not allowed: unknown key for cache 'prefix'; allowed: compat_first_token, name, "
      r"refresh_every"),
     (["cache=dllm", "+cache.refresh_interval=4"], r"cache.refresh_interval=4 is not allowed: unknown key for cache 'dllm'.*layer0_always"),
-    (["rule=factor", "+rule.tau=0.5"], r"rule.tau=0.5 is not allowed: unknown key for rule 'factor'; allowed: compat, f, name"),
-    (["rule=none", "+rule.tau=0.5"], r"rule.tau=0.5 is not allowed: unknown key for rule 'none'; allowed: name"),
-    (["+policy.tau_high=0.5"], r"policy.tau_high=0.5 is not allowed: unknown key for policy 'blocks'; allowed: name, steps"),
+    (["rule=factor", "+rule.threshold=0.5"], r"rule.threshold=0.5 is not allowed: unknown key for rule 'factor'; allowed: compat, f, name"),
+    (["rule=none", "+rule.threshold=0.5"], r"rule.threshold=0.5 is not allowed: unknown key for rule 'none'; allowed: name"),
+    (["+policy.threshold=0.5"], r"policy.threshold=0.5 is not allowed: unknown key for policy 'blocks'; allowed: name, steps"),
     (["policy=slowfast_code", "+policy.window=3"], r"policy.window=3 is not allowed: unknown key for policy 'slowfast'.*stability_window"),
 ])
 def test_unknown_key_is_refused_naming_the_allowed_keys(llada_overrides, extra, match):
@@ -89,16 +90,16 @@ def test_delta_outside_unit_interval(llada_overrides, delta):
 
 
 def test_delta_zero_allowed(llada_overrides):
-    assert check(llada_overrides, "rule=frechet", "rule.delta=0.0")["rule"]["delta"] == 0.0
+    assert check(llada_overrides, "rule=frechet", "rule.delta=0.0").rule.params["delta"] == 0.0
 
 
 @pytest.mark.parametrize("tau", ["0.0", "1.01", "-1"])
 def test_tau_outside_half_open_interval(llada_overrides, tau):
-    rejects(llada_overrides, "rule=threshold", f"rule.tau={tau}", match=r"threshold tau must be in \(0, 1\]")
+    rejects(llada_overrides, "rule=threshold", f"rule.threshold={tau}", match=r"threshold threshold must be in \(0, 1\]")
 
 
 def test_tau_one_allowed(llada_overrides):
-    check(llada_overrides, "rule.tau=1.0")
+    check(llada_overrides, "rule.threshold=1.0")
 
 
 @pytest.mark.parametrize("f", ["0", "-0.5"])
@@ -111,8 +112,8 @@ def test_factor_not_positive(llada_overrides, f):
     (["cache=dllm", "cache.verify_ratio=1.5"], r"verify_ratio must be in \[0, 1\]"),
     (["cache=prefix", "cache.refresh_every=0"], r"prefix refresh_every must be >= 1 or None"),
     (["rule=topk", "rule.remasking=sideways", "policy.steps=24"], r"topk remasking 'sideways' is not one of"),
-    (["policy=slowfast_code", "policy.tau_high=2"], r"slowfast tau_high must be in \[0, 1\]"),
-    (["policy=slowfast_code", "policy.variant=gpt"], r"slowfast variant 'gpt' is not one of"),
+    (["policy=slowfast_code", "policy.threshold=2"], r"slowfast threshold must be in \[0, 1\]"),
+    (["policy=slowfast_code", "policy.flavour=gpt"], r"slowfast flavour 'gpt' is not one of"),
 ])
 def test_builder_range_checks_are_config_errors(llada_overrides, extra, match):
     rejects(llada_overrides, *extra, match=match)
@@ -148,7 +149,7 @@ def test_dream_policy_has_no_blocks(tiny_dream_dir):
     rejects([f"model.name_or_path={tiny_dream_dir}", "model=tiny_dream", "policy=dream", "policy.alg=entropy",
              "policy.steps=24"], match=r"policy 'dream' has no blocks: block_length 8 must equal gen_length 24")
     rejects([f"model.name_or_path={tiny_dream_dir}", "model=tiny_dream", "policy=slowfast_dream"],
-            match=r"slowfast variant 'dream' has no blocks: block_length 8 must equal gen_length")
+            match=r"slowfast flavour 'dream' has no blocks: block_length 8 must equal gen_length")
 
 
 def test_dream_policy_needs_steps(tiny_dream_dir):
@@ -157,7 +158,7 @@ def test_dream_policy_needs_steps(tiny_dream_dir):
 
 
 def test_confidence_mask_in_softmax_is_a_boolean(llada_overrides):
-    assert check(llada_overrides)["confidence_mask_in_softmax"] is True
+    assert check(llada_overrides).confidence_mask_in_softmax is True
     rejects(llada_overrides, "confidence_mask_in_softmax=sometimes", match=r"confidence_mask_in_softmax='sometimes'")
 
 
@@ -194,7 +195,7 @@ def test_bad_count_rule_lists_choices(llada_overrides):
 
 def test_hub_id_accepted_without_download(tmp_path):
     c = check(["model=llada_8b_instruct", "gen_length=256", "block_length=32"])
-    assert c["model"]["name_or_path"] == "GSAI-ML/LLaDA-8B-Instruct"
+    assert c.model.name_or_path == "GSAI-ML/LLaDA-8B-Instruct"
 
 
 def test_config_json_readable_for_flavour(tiny_llada_dir):

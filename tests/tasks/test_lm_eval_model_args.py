@@ -84,6 +84,6 @@ def test_every_old_name_has_a_hint():
 
 
 def test_a_model_preset_gives_its_checkpoint_and_settings():
-    c = adapter_run_config({"model": "tiny_llada"}, None)
-    assert Path(c["model"]["name_or_path"]).name == "tiny_llada" and c["model"]["chat"] is True
-    assert adapter_run_config({"model": "tiny_llada"}, "/mine")["model"]["name_or_path"] == "/mine"
+    run = adapter_run_config({"model": "tiny_llada"}, None)
+    assert Path(run.model.name_or_path).name == "tiny_llada" and run.model.chat is True
+    assert adapter_run_config({"model": "tiny_llada"}, "/mine").model.name_or_path == "/mine"

@@ -47,7 +47,7 @@ def test_runner_prompt_text_tokenizes_to_the_training_prompt(shipped):
 # Lower bounds a little under what the shipped weights solve of these 16 (sequential, sequential + dual,
 # threshold 0.9, threshold 0.9 + dual, factor 1.0, Fréchet 0.25, factor + dual, Fréchet + dual: LLaDA 16, 16,
 # 16, 16, 16, 16, 15, 15; Dream 16, 16, 16, 16, 15, 15, 15, 16); the model cards have the 500-puzzle numbers.
-SELECTOR_PARAMS = {"topk": {}, "threshold": {"tau": 0.9}, "factor": {"f": 1.0}, "frechet": {"delta": 0.25}}
+SELECTOR_PARAMS = {"topk": {}, "threshold": {"threshold": 0.9}, "factor": {"f": 1.0}, "frechet": {"delta": 0.25}}
 
 
 @pytest.mark.parametrize("selector, cache, min_solved", [

@@ -11,7 +11,7 @@ What the paper describes, and where it lives here (section names of the paper):
   (default 1); the union over layers is tracked at the next step (its queries include them).
 - Attention-aware drift test (per layer l, in the order the layers run): sigma^l = cos(S^{t-1}_T, S^t_T), the
   cosine similarity of the tracked tokens' attention rows over the keys before and after this step's keys are
-  written; a refresh is triggered at the first layer l where sigma^l < ``gamma`` (default 0.9).
+  written; a refresh is triggered at the first layer l where sigma^l < ``min_cosine`` (default 0.9).
 - Depth-aware refresh (observation 2): layers up to l keep what the step computed at its queries only; layers
   l + 1 .. L - 1 are recomputed at every position, starting from layer l + 1's stored input (the queries' rows
   fresh, the others as last computed), overwriting their stored keys and values.
@@ -32,7 +32,7 @@ Where the paper is ambiguous and what we chose (docs/decoding.md, "Elastic-Cache
    per layer. It computes what the layer-by-layer loop computes (layers after the trigger are recomputed from the
    same stored inputs); the query-only work of those layers in the first forward is wasted and counted.
 5. ``refresh_drifting_layer`` (default False = the paper): True recomputes from the layer that drifted itself, so
-   ``gamma`` above 1 refreshes every layer every step, which is the uncached decode exactly.
+   ``min_cosine`` above 1 refreshes every layer every step, which is the uncached decode exactly.
 
 Forward positions (docs/counting.md): the first forward counts the real prompt and the answer; a step its own
 queries (every layer); a refresh of layers s .. L - 1 counts the real prompt and answer weighted by the layers it
@@ -63,11 +63,11 @@ from dllm_bench.models.cache.elastic import ElasticKVCache
 @register
 @dataclass(frozen=True)
 class ElasticCache(CacheBase):
-    """Elastic-Cache: window ``window`` (beta), drift threshold ``gamma``, ``track_num`` tracked tokens per layer;
-    defaults = the paper's LLaDA settings (beta 16, gamma 0.9, one token per layer)."""
+    """Elastic-Cache: window ``window`` (beta), drift threshold ``min_cosine``, ``track_num`` tracked tokens per layer;
+    defaults = the paper's LLaDA settings (beta 16, min_cosine 0.9, one token per layer)."""
 
     window: int = 16
-    gamma: float = 0.9
+    min_cosine: float = 0.9
     track_num: int = 1
     refresh_drifting_layer: bool = False
     name: ClassVar[str] = "elastic"
@@ -78,9 +78,10 @@ class ElasticCache(CacheBase):
     def check(self) -> None:
         if self.window < 1:
             raise ValueError(f"elastic window must be >= 1 (masked positions recomputed per step), got {self.window}")
-        if not 0 <= self.gamma <= 2:
-            raise ValueError(f"elastic gamma must be in [0, 2] (attention cosines lie in [0, 1]: 0 never refreshes, "
-                             f"above 1 always), got {self.gamma}")
+        if not 0 <= self.min_cosine <= 2:
+            raise ValueError(f"elastic min_cosine must be in [0, 2] (attention cosines lie in [0, 1]: 0 never "
+                             f"refreshes, "
+                             f"above 1 always), got {self.min_cosine}")
         if self.track_num < 1:
             raise ValueError(f"elastic track_num must be >= 1 (most-attended tokens per layer), got {self.track_num}")
 
@@ -155,7 +156,7 @@ class ElasticSession:
     def _refreshes(self, storage: ElasticKVCache, cohort: Cohort, rows: StepRows) -> Iterator[Forward]:
         """After a step's query forward: one forward per distinct start layer over the rows whose drift fired."""
         L = storage.n_layers
-        fired = storage.sigma < self.cache.gamma  # [L, b]
+        fired = storage.sigma < self.cache.min_cosine  # [L, b]
         layer = torch.where(fired.any(dim=0), fired.long().argmax(dim=0), L)
         start = layer + (0 if self.cache.refresh_drifting_layer else 1)
         starts = start.tolist()  # the step's refresh decision: one host read

@@ -35,7 +35,7 @@ class DPadPolicy(BlockPolicy):
     """
 
     suffix_window: int | None = None
-    sigma: float = 4.0
+    max_sd: float = 4.0
     scale: float = 2.0
     early_termination: bool = True
     rng: str = "row"
@@ -51,7 +51,7 @@ class DPadPolicy(BlockPolicy):
                                                or not isinstance(self.suffix_window, int) or self.suffix_window < 1):
             raise ValueError(f"dpad suffix_window must be an integer >= 1 or None (the whole answer), got "
                              f"{self.suffix_window!r}")
-        for key in ("sigma", "scale"):
+        for key in ("max_sd", "scale"):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise ValueError(f"dpad {key} must be a number > 0, got {value!r}")
@@ -82,7 +82,7 @@ class DPadPolicy(BlockPolicy):
     def dropout(self, gen_length: int, seed: int | Sequence[int], batch: int, device: torch.device) -> SuffixSampler:
         # its own generators: the dropout draws never shift a sampling row's noise
         draws = row_generators(seed, batch, device) if self.rng == "row" else [None] * batch
-        return SuffixSampler(self.suffix_window or gen_length, self.sigma, self.scale, gen_length, draws, device)
+        return SuffixSampler(self.suffix_window or gen_length, self.max_sd, self.scale, gen_length, draws, device)
 
     def init_state(self, batch: int, gen_length: int, block_length: int, device: torch.device) -> DPadState:
         base = super().init_state(batch, gen_length, block_length, device)

@@ -1,5 +1,5 @@
 """Fast-dLLM's Dream ``confidence_threshold`` loop (its ``generation_utils.py``): the whole answer, a per-step slot
-budget filled by the top one and every offered slot >= tau, extra steps until no mask is left; its own rule."""
+budget filled by the top one and every offered slot >= threshold, extra steps until no mask is left; its own rule."""
 
 from __future__ import annotations
 
@@ -37,13 +37,13 @@ class DreamThresholdPolicy(PolicyBase):
     """Fast-dLLM's Dream ``confidence_threshold``: whole answer, no blocks, a per-step slot budget.
 
     Step i offers ``gen_length // steps`` slots plus those left empty by step i-1 to the most confident
-    masked positions and fills the top one and every other offered one with confidence >= ``tau``. When the
+    masked positions and fills the top one and every other offered one with confidence >= ``threshold``. When the
     last planned step (or an overtime step) leaves a slot empty the quota drops to 0 and one more step is
     added, so NFE = steps + overtime steps and nothing stays masked.
     """
 
     steps: int | None  # required: None is refused by ``check`` (the config's null means "give it")
-    tau: float = 0.9
+    threshold: float = 0.9
     name: ClassVar[str] = "dream_threshold"
     sync_budget: ClassVar[int] = 5  # its slot budget reads more than the engine (scripts/count_syncs.py measures it)
     flavours: ClassVar[tuple[str, ...]] = ("dream",)
@@ -52,13 +52,14 @@ class DreamThresholdPolicy(PolicyBase):
     def check(self) -> None:
         if not is_positive_int(self.steps):
             raise ValueError(f"dream_threshold steps must be an integer >= 1 dividing gen_length, got {self.steps!r}")
-        if isinstance(self.tau, bool) or not isinstance(self.tau, int | float) or not 0 < self.tau <= 1:
-            raise ValueError(f"dream_threshold tau must be a number in (0, 1], got {self.tau!r}")
+        threshold = self.threshold
+        if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0 < threshold <= 1:
+            raise ValueError(f"dream_threshold threshold must be a number in (0, 1], got {self.threshold!r}")
 
     # what Fast-dLLM's Dream ``confidence_threshold`` loop never ran
     def refuse_rule(self, rule: Any) -> str | None:
         if rule is not None:
-            return (f"policy 'dream_threshold' has its own commit rule (top-1 plus every slot >= tau); "
+            return (f"policy 'dream_threshold' has its own commit rule (top-1 plus every slot >= threshold); "
                     f"selector must be None, got {rule.name!r}")
         return None
 
@@ -97,7 +98,7 @@ class DreamThresholdPolicy(PolicyBase):
 
     def decide(self, state: DreamThresholdState, ctx: StepContext, rule) -> tuple[torch.Tensor, torch.Tensor]:
         slots = state.quota + state.carry
-        count = threshold_count(ctx.confidence, ctx.candidates, self.tau).minimum(slots).clamp(min=1)
+        count = threshold_count(ctx.confidence, ctx.candidates, self.threshold).minimum(slots).clamp(min=1)
         count = count.minimum(ctx.candidates.sum(dim=1))
         state.unfilled = slots - count
         return topk_commit_mask(ctx.confidence, ctx.candidates, count), ctx.prediction

@@ -17,8 +17,8 @@ from dllm_bench.decoding.selectors import topk_commit_mask
 # the presets: conf/policy/slowfast_<preset>.yaml must agree (tests/decoding/test_defaults_agree.py).
 SLOWFAST_PRESETS = {
     "code": {},
-    "paper": dict(explore_steps=8, tau_min=0.1, tau_high=0.85),  # the paper's section 4.2
-    "dream": dict(tau_min=0.1, explore_tau=0.8, variant="dream"),
+    "paper": dict(explore_steps=8, converge_threshold=0.1, threshold=0.85),  # the paper's section 4.2
+    "dream": dict(converge_threshold=0.1, explore_threshold=0.8, flavour="dream"),
 }
 
 
@@ -40,7 +40,7 @@ class SlowFastState:
     fast_calls: torch.Tensor  # [B] long, fast-phase steps taken in this sub-cycle
     determined: torch.Tensor  # [B] bool, span end frozen
     end_estimates: torch.Tensor  # [B, stability_window] float64, recent span-end estimates
-    estimates_held: torch.Tensor  # [B] long, how many of ``end_estimates`` are filled (llada variant)
+    estimates_held: torch.Tensor  # [B] long, how many of ``end_estimates`` are filled (llada flavour)
 
 
 @register
@@ -48,24 +48,24 @@ class SlowFastState:
 class SlowFastPolicy(PolicyBase):
     """SlowFast sampling: per block, K exploration steps estimate a stable span end, then a fast phase.
 
-    Exploration commits every candidate >= ``explore_tau`` when at least ``min_parallel`` qualify (else
-    the top-1) and estimates span_end = span_start + 1 + offset of the farthest candidate >= ``tau_min``.
+    Exploration commits every candidate >= ``explore_threshold`` when at least ``min_parallel`` qualify (else
+    the top-1) and estimates span_end = span_start + 1 + offset of the farthest candidate >= ``converge_threshold``.
     The span is frozen when the estimate window is stable, else int(mean) after K steps. The fast phase
-    commits candidates >= ``tau_high`` on [span_start, span_end) (top-1 fallback) until the span is full; an
+    commits candidates >= ``threshold`` on [span_start, span_end) (top-1 fallback) until the span is full; an
     adaptive selector passed to ``decide`` (a config ``rule``) commits the fast phase instead.
-    ``variant='dream'``: window pre-filled with zeros, unbiased variance <= threshold, round(mean), and
+    ``flavour='dream'``: window pre-filled with zeros, unbiased variance <= threshold, round(mean), and
     exploration stops early once nothing is masked. ``truncate_fast`` reproduces the published fast phase
     that runs the network on the canvas cut at the span end after its first call.
     """
 
     explore_steps: int = 6
-    tau_min: float = 0.3
+    converge_threshold: float = 0.3
     stability_window: int = 2
     stability_threshold: float = 1.0
-    tau_high: float = 0.9
-    explore_tau: float | None = None
+    threshold: float = 0.9
+    explore_threshold: float | None = None
     min_parallel: int = 2
-    variant: str = "llada"
+    flavour: str = "llada"
     truncate_fast: bool = False
     name: ClassVar[str] = "slowfast"
     sync_budget: ClassVar[int] = 5  # its phases read more than the engine (scripts/count_syncs.py measures it)
@@ -81,25 +81,26 @@ class SlowFastPolicy(PolicyBase):
     def check(self) -> None:
         if self.explore_steps < 1 or self.stability_window < 1:
             raise ValueError(f"slowfast explore_steps and stability_window must be >= 1, got {self}")
-        for tau_name in ("tau_min", "tau_high"):
+        for tau_name in ("converge_threshold", "threshold"):
             if not 0 <= getattr(self, tau_name) <= 1:
                 raise ValueError(f"slowfast {tau_name} must be in [0, 1], got {getattr(self, tau_name)}")
-        if self.variant not in ("llada", "dream"):
-            raise ValueError(f"slowfast variant {self.variant!r} is not one of llada, dream")
+        if self.flavour not in ("llada", "dream"):
+            raise ValueError(f"slowfast flavour {self.flavour!r} is not one of llada, dream")
 
     def refuse_rule(self, rule: Any) -> str | None:
         if rule is not None and not rule.adaptive:
             adaptive = ", ".join(n for n, cls in sorted(RULES.items()) if cls.adaptive)
             return (f"policy 'slowfast' takes an adaptive rule for its fast phase ({adaptive}) "
-                    f"or none (its own tau_high rule), got {rule.name!r}")
+                    f"or none (its own threshold rule), got {rule.name!r}")
         if rule is not None and rule.measure != "top1_prob":
-            return (f"policy 'slowfast' explores by top-1 probability (tau_min, explore_tau), so its fast "
+            return (f"policy 'slowfast' explores by top-1 probability (converge_threshold, explore_threshold), so "
+                    f"its fast "
                     f"phase's rule must rank by it too; rule {rule.name!r} ranks by {rule.measure!r}")
         return None
 
     def refuse_lengths(self, gen_length: int, block_length: int) -> str | None:
-        if self.variant == "dream" and block_length != gen_length:
-            return f"slowfast variant 'dream' has no blocks: block_length {block_length} must equal gen_length"
+        if self.flavour == "dream" and block_length != gen_length:
+            return f"slowfast flavour 'dream' has no blocks: block_length {block_length} must equal gen_length"
         return None
 
     def refuse_cache(self, cache: Any) -> str | None:
@@ -150,14 +151,14 @@ class SlowFastPolicy(PolicyBase):
         lo, _ = self.window_span(state)
         G = ctx.candidates.shape[1]
         j = torch.arange(G, device=lo.device).unsqueeze(0)
-        above = ctx.candidates & (ctx.confidence >= self.tau_min)
+        above = ctx.candidates & (ctx.confidence >= self.converge_threshold)
         farthest = torch.where(above, j, -1).max(dim=1).values
         inc = torch.where(farthest >= 0, farthest - lo + 1, 1)
         est = (state.span_start + inc).clamp(1, state.block_length)
         open_rows = (~state.determined) & (~state.fast)
         last_step = state.explored >= self.explore_steps - 1
         hist = state.end_estimates
-        if self.variant == "dream":
+        if self.flavour == "dream":
             slot = (state.explored % self.stability_window).unsqueeze(1)
             pushed = hist.scatter(1, slot, est.to(hist.dtype).unsqueeze(1))
             stable = pushed.var(dim=1, unbiased=True) <= self.stability_threshold if self.stability_window >= 2 else torch.ones_like(open_rows)
@@ -178,12 +179,13 @@ class SlowFastPolicy(PolicyBase):
 
     def decide(self, state: SlowFastState, ctx: StepContext, rule) -> tuple[torch.Tensor, torch.Tensor]:
         self._estimate(state, ctx)
-        tau = torch.where(state.fast, self.tau_high, self.explore_tau if self.explore_tau is not None else self.tau_high)
+        explore = self.explore_threshold if self.explore_threshold is not None else self.threshold
+        tau = torch.where(state.fast, self.threshold, explore)
         qualifying = ctx.candidates & (ctx.confidence >= tau.to(ctx.confidence.dtype).unsqueeze(1))
         parallel = qualifying.sum(dim=1) >= self.min_parallel
         top1 = topk_commit_mask(ctx.confidence, ctx.candidates, 1)
         commit, tokens = torch.where(parallel.unsqueeze(1), qualifying, top1), ctx.prediction
-        if rule is not None and bool(state.fast.any()):  # a rule replaces the tau_high fast-phase commit
+        if rule is not None and bool(state.fast.any()):  # a rule replaces the threshold fast-phase commit
             fast = state.fast.unsqueeze(1)
             rule_commit, written = rule.commit(ctx), rule_tokens(rule, ctx)
             commit, tokens = torch.where(fast, rule_commit, commit), torch.where(fast, written, tokens)
@@ -205,7 +207,7 @@ class SlowFastPolicy(PolicyBase):
         state.explored += exploring.long()
         state.fast_calls += (active & state.fast).long()
         explore_over = exploring & (state.explored >= self.explore_steps)
-        if self.variant == "dream":
+        if self.flavour == "dream":
             explore_over |= exploring & ~masked.any(dim=1)
         else:
             undetermined = explore_over & ~state.determined

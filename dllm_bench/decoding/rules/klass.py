@@ -1,6 +1,6 @@
 """KLASS (KL-adaptive stability sampling): commit every masked token of the block whose distribution has stopped
 moving (its last ``history_length`` KL divergences between consecutive steps all below ``kl_threshold``) and whose
-confidence exceeds ``conf_threshold``; a step with none commits the single most confident candidate.
+confidence exceeds ``threshold``; a step with none commits the single most confident candidate.
 
 Published code: shkim0116/KLASS ``src/model/llada_klass.py`` ``stable_confident_decode`` (alg ``klass``, unmask
 strategy ``all``) and ``src/model/dream_klass.py`` (alg ``klass``). Per position and forward: p_t = softmax of the
@@ -28,17 +28,17 @@ from dllm_bench.decoding.selectors import topk_commit_mask
 KL_EPS = 1e-12  # the published log(p + 1e-12)
 
 # the published scripts' settings (scripts/<model>_<task>.sh; all gen_length 256 = steps, H 2; LLaDA block 64,
-# Dream no blocks = block_length gen_length, variant dream)
-VARIANTS = ("llada", "dream")
+# Dream no blocks = block_length gen_length, flavour dream)
+FLAVOURS = ("llada", "dream")
 PRESETS: dict[str, dict] = {
-    "llada_gsm8k": {"conf_threshold": 0.6, "kl_threshold": 0.015},
-    "llada_math": {"conf_threshold": 0.6, "kl_threshold": 0.01},
-    "llada_humaneval": {"conf_threshold": 0.9, "kl_threshold": 0.01},
-    "llada_mbpp": {"conf_threshold": 0.7, "kl_threshold": 0.01},
-    "dream_gsm8k": {"conf_threshold": 0.9, "kl_threshold": 0.001, "variant": "dream"},
-    "dream_math": {"conf_threshold": 0.9, "kl_threshold": 0.005, "variant": "dream"},
-    "dream_humaneval": {"conf_threshold": 0.8, "kl_threshold": 0.001, "variant": "dream"},
-    "dream_mbpp": {"conf_threshold": 0.9, "kl_threshold": 0.001, "variant": "dream"},
+    "llada_gsm8k": {"threshold": 0.6, "kl_threshold": 0.015},
+    "llada_math": {"threshold": 0.6, "kl_threshold": 0.01},
+    "llada_humaneval": {"threshold": 0.9, "kl_threshold": 0.01},
+    "llada_mbpp": {"threshold": 0.7, "kl_threshold": 0.01},
+    "dream_gsm8k": {"threshold": 0.9, "kl_threshold": 0.001, "flavour": "dream"},
+    "dream_math": {"threshold": 0.9, "kl_threshold": 0.005, "flavour": "dream"},
+    "dream_humaneval": {"threshold": 0.8, "kl_threshold": 0.001, "flavour": "dream"},
+    "dream_mbpp": {"threshold": 0.9, "kl_threshold": 0.001, "flavour": "dream"},
 }
 
 
@@ -53,7 +53,7 @@ class KlassState:
     block_step: torch.Tensor  # [B] long
     history: torch.Tensor  # [B, slots, H] float64
     previous: torch.Tensor | None = None  # [B, slots, V] float64 (allocated at the first forward, when V is known)
-    # variant dream: the token (argmax of the softmax in the logits' dtype), its float64 probability and its
+    # flavour dream: the token (argmax of the softmax in the logits' dtype), its float64 probability and its
     # probability in the logits' dtype (the fallback's ranking) per slot
     choice: torch.Tensor | None = None
     choice_prob: torch.Tensor | None = None
@@ -65,20 +65,20 @@ class KlassState:
 class KLASS(RuleBase):
     """KLASS at LLaDA GSM8K's published setting (c 0.6, kappa 0.015, H 2; block 64). ``PRESETS`` holds the rest."""
 
-    conf_threshold: float = 0.6
+    threshold: float = 0.6
     kl_threshold: float = 0.015
     history_length: int = 2
-    variant: str = "llada"  # which published loop: llada_klass.py or dream_klass.py (see ``commit``)
+    flavour: str = "llada"  # which published loop: llada_klass.py or dream_klass.py (see ``commit``)
     name: ClassVar[str] = "klass"
     takes_steps: ClassVar[bool] = True
 
     def check(self) -> None:
-        if not 0 <= self.conf_threshold <= 1:
-            raise ValueError(f"klass conf_threshold must be in [0, 1], got {self.conf_threshold}")
+        if not 0 <= self.threshold <= 1:
+            raise ValueError(f"klass threshold must be in [0, 1], got {self.threshold}")
         if not self.kl_threshold > 0:
             raise ValueError(f"klass kl_threshold must be > 0 (nats), got {self.kl_threshold}")
-        if self.variant not in VARIANTS:
-            raise ValueError(f"klass variant must be one of {VARIANTS}, got {self.variant!r}")
+        if self.flavour not in FLAVOURS:
+            raise ValueError(f"klass flavour must be one of {FLAVOURS}, got {self.flavour!r}")
         if self.history_length < 1:
             raise ValueError(f"klass history_length must be >= 1, got {self.history_length}")
 
@@ -86,8 +86,8 @@ class KLASS(RuleBase):
         if getattr(policy, "name", None) != "blocks":
             raise ValueError(f"rule 'klass' counts its steps per block of policy 'blocks' (KLASS's loop), got "
                              f"policy {policy.name!r}")
-        if self.variant == "dream" and getattr(policy, "steps", None) is not None:
-            raise ValueError(f"rule 'klass' variant 'dream' runs dream_klass.py's steps = gen_length (policy blocks "
+        if self.flavour == "dream" and getattr(policy, "steps", None) is not None:
+            raise ValueError(f"rule 'klass' flavour 'dream' runs dream_klass.py's steps = gen_length (policy blocks "
                              f"without steps), got steps={policy.steps}")
         if getattr(cache, "name", None) == "dual":
             raise ValueError("rule 'klass' reads the next block's distributions every step; cache 'dual' computes "
@@ -122,7 +122,7 @@ class KLASS(RuleBase):
         kl = (p * (torch.log(p + KL_EPS) - torch.log(before + KL_EPS))).sum(dim=-1)
         state.history[row, slot] = torch.cat([state.history[row, slot, 1:], kl.unsqueeze(1)], dim=1)
         state.previous[row, slot] = p
-        if self.variant == "dream":
+        if self.flavour == "dream":
             if state.choice is None:
                 shape = state.history.shape[:2]
                 state.choice = torch.zeros(shape, dtype=torch.long, device=p.device)
@@ -137,7 +137,7 @@ class KLASS(RuleBase):
     def _dream_view(self, ctx: StepContext) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
         """Variant dream's (token, float64 probability, logits-dtype probability) per answer position."""
         state: KlassState | None = ctx.state
-        if self.variant != "dream" or state is None or state.choice is None:
+        if self.flavour != "dream" or state is None or state.choice is None:
             return None
         slot = torch.arange(ctx.candidates.shape[1], device=ctx.candidates.device) % state.slots
         return state.choice[:, slot], state.choice_prob[:, slot], state.choice_rank[:, slot]
@@ -170,7 +170,7 @@ class KLASS(RuleBase):
         slot = torch.arange(G, device=conf.device) % state.slots
         stable = (state.history[:, slot] < self.kl_threshold).all(dim=-1)
         stable &= (state.block_step >= self.history_length - 1).unsqueeze(1)
-        sure = conf >= self.conf_threshold if self.variant == "dream" else conf > self.conf_threshold
+        sure = conf >= self.threshold if self.flavour == "dream" else conf > self.threshold
         ready = cand & stable & sure
         if ctx.last_step is not None:
             ready = torch.where(ctx.last_step.unsqueeze(1), cand, ready)

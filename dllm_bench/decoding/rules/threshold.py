@@ -1,4 +1,4 @@
-"""Fast-dLLM's threshold rule: every candidate with confidence >= tau, at least the most confident one."""
+"""Fast-dLLM's threshold rule: every candidate with confidence >= threshold, at least the most confident one."""
 
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ from dllm_bench.decoding.selectors import threshold_commit_mask
 @register
 @dataclass(frozen=True)
 class ThresholdSelector(RuleBase):
-    """Fast-dLLM threshold: every candidate with confidence >= tau (at least one)."""
+    """Fast-dLLM threshold: every candidate with confidence >= threshold (at least one)."""
 
-    tau: float = 0.9
+    threshold: float = 0.9
     name: ClassVar[str] = "threshold"
 
     def check(self) -> None:
-        if not 0 < self.tau <= 1:
-            raise ValueError(f"threshold tau must be in (0, 1], got {self.tau}")
+        if not 0 < self.threshold <= 1:
+            raise ValueError(f"threshold threshold must be in (0, 1], got {self.threshold}")
 
     def commit(self, ctx: StepContext) -> torch.Tensor:
-        return threshold_commit_mask(ctx.confidence, ctx.candidates, self.tau)
+        return threshold_commit_mask(ctx.confidence, ctx.candidates, self.threshold)
