@@ -7,7 +7,8 @@ CommittedBlockCache`): a block with no masks left is written by one extra forwar
 Fast-dLLM v2's ``update_past_key_values``), which for a shifted model (logits at i predict token i + 1) also gives
 the next block's first token, greedily, from its last position; the prompt's full blocks are written the same way
 before the first block. ``none`` recomputes the canvas up to the current block's end every step (LLaDA2.0's
-``generate``). The rows of a batch leave a block together under ``committed`` (one committed end for all).
+``generate``). Under ``committed`` the rows at one committed end share a storage; a row whose block ends earlier
+goes on with a copy of its K/V, so every row decodes as it does alone.
 
 Commit rule: the configured one, or with ``rule=none`` the policy's own: without ``steps`` every masked candidate
 of the sub-block with p > tau and at least the most confident (Fast-dLLM v2); with ``steps`` (per block) every
@@ -17,6 +18,7 @@ the k most confident (SDAR's ``low_confidence_dynamic``, LLaDA2.0's threshold wi
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -45,10 +47,10 @@ class BlockDiffusionState:
     storing: torch.Tensor  # [B] bool: the previous block's K/V are written by this step's forward
     offset: torch.Tensor  # [B] long: answer position 0's place in its block (real prompt length mod block_length)
     commit_counts: torch.Tensor | None = None  # [steps] scheduled count per denoising step of a block
-    offset_host: int = 0  # the offset every row shares (``committed`` storage)
+    offsets: list[int] = field(default_factory=list)  # ``offset`` on the host
     shift: bool = False  # the model's logits predict the next token (the store forward gives a block's first token)
-    storage: CommittedBlockCache | None = None
-    stored_rows: list[int] = field(default_factory=list)  # the global rows the storage holds, in its order
+    # committed-block storages, each with the global rows it holds in its order: rows at one committed end
+    cohorts: list[tuple[CommittedBlockCache, list[int]]] = field(default_factory=list)
 
 
 @register
@@ -124,14 +126,10 @@ class BlockDiffusionPolicy(PolicyBase):
         state.sub = state.offset // state.sub_length
         state.shift = bool(getattr(config, "shift_logits", False))
         if self.kv_cache == "committed":
-            offsets = set(state.offset.tolist())  # one read a decode
-            if len(offsets) > 1:
-                raise ValueError(f"kv_cache=committed needs every row's prompt length to fall at one place in its "
-                                 f"block (one committed end for the batch); got lengths mod {bs}: {sorted(offsets)}")
-            state.offset_host = offsets.pop()
-            # the prompt's full blocks are written first; a shifted model's last prompt state gives answer 0 when
-            # the prompt ends on a block boundary
-            state.storing[:] = prompt_mask.shape[1] - state.offset_host > 0
+            state.offsets = state.offset.tolist()  # one read a decode
+            # the prompt's full blocks (and its left padding) are written first; a shifted model's last prompt
+            # state gives answer 0 when the prompt ends on a block boundary
+            state.storing = prompt_mask.shape[1] - state.offset > 0
 
     def _bounds(self, state: BlockDiffusionState, block: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         bs, G = state.block_length, state.gen_length
@@ -184,8 +182,6 @@ class BlockDiffusionPolicy(PolicyBase):
         lo, hi = self.block(state)
         left = masked & span_mask(lo, hi, G)
         full = ~left.any(dim=1) & active & ~was_storing
-        if self.kv_cache == "committed":  # rows leave a block together: one committed end
-            full &= (full | ~active | was_storing).all()
         last = hi >= G
         state.block += (full & ~last).long()
         state.step_in_block = torch.where(full, 0, state.step_in_block)
@@ -214,37 +210,56 @@ class BlockDiffusionPolicy(PolicyBase):
                            logits_at=(at[0], at[1] + P))
             counted = runner.prompt_real.index_select(0, rows) + (end - P)
             return [ForwardResult(rows, logits, 0, False, counted, at)]
-        storage = self._storage(state, rows, view.rows)
+        return [self._cohort_forward(state, runner, x, cohort, view, read)
+                for cohort in self._cohorts(state, rows, view, P)]
+
+    def _cohort_forward(self, state: BlockDiffusionState, runner: Any, x: torch.Tensor,
+                        cohort: tuple[CommittedBlockCache, list[int], torch.Tensor, int], view: Any,
+                        read: torch.Tensor) -> ForwardResult:
+        """One forward of the rows at one committed end: the store of their finished block, or a denoising step."""
+        storage, host_rows, rows, grid_lo = cohort
+        P, model = runner.P, runner.model
+        mask = None if runner.mask is None else runner.mask.index_select(0, rows)
+        inp = x.index_select(0, rows)
         committed = storage.committed
-        grid_lo = self._grid_start(state, P, view)
         if committed < grid_lo:  # write the finished block (or the prompt's full blocks) before going on
             storage.commit_next()
             logits = model(inp[:, committed:grid_lo], attention_mask=None if mask is None else mask[:, :grid_lo],
                            cache=storage, start=committed, raw_logits=True, logits_range=(grid_lo - 1, grid_lo))
             counted = torch.full((rows.numel(),), grid_lo - committed, dtype=torch.long, device=rows.device)
             # the last state's logits stand at the next position (a shifted model's prediction of it)
-            return [ForwardResult(rows, logits, grid_lo, False, counted)]
+            return ForwardResult(rows, logits, grid_lo, False, counted)
+        end = P + max(view.block_hi[r] for r in host_rows)
+        sub_read = read.index_select(0, rows)  # a copy: positions outside the forward's span are dropped
+        sub_read[:, end - P:] = False
         sub_read[:, : max(committed - P, 0)] = False
-        at = sub_read.nonzero(as_tuple=True)
+        at = sub_read.nonzero(as_tuple=True)  # the step's one read: how many rows the LM head runs on
         logits = model(inp[:, committed:end], attention_mask=None if mask is None else mask[:, :end], cache=storage,
                        start=committed, logits_at=(at[0], at[1] + P))
         shift = int(state.shift and committed > 0)
         counted = torch.full((rows.numel(),), end - committed + shift, dtype=torch.long, device=rows.device)
-        return [ForwardResult(rows, logits, 0, False, counted, at)]
+        return ForwardResult(rows, logits, 0, False, counted, at)
 
     @staticmethod
-    def _grid_start(state: BlockDiffusionState, P: int, view: Any) -> int:
-        """Canvas position where the current block starts on the grid (the same for every row)."""
-        lo = view.block_lo[view.rows[0]]
-        return P + (lo - state.offset_host if lo == 0 else lo)
-
-    @staticmethod
-    def _storage(state: BlockDiffusionState, rows: torch.Tensor, host_rows: list[int]) -> CommittedBlockCache:
-        """The committed-block storage, restricted to the rows still decoding."""
-        if state.storage is None:
-            state.storage, state.stored_rows = CommittedBlockCache(), list(host_rows)
-        elif state.stored_rows != host_rows:
-            keep = [state.stored_rows.index(r) for r in host_rows]
-            state.storage.keep_rows(torch.tensor(keep, dtype=torch.long, device=rows.device))
-            state.stored_rows = list(host_rows)
-        return state.storage
+    def _cohorts(state: BlockDiffusionState, rows: torch.Tensor, view: Any, P: int) -> list[tuple[CommittedBlockCache, list[int], torch.Tensor, int]]:
+        """The storages of the active rows, split where their current blocks start at different canvas positions
+        (a row goes on alone, with a copy of its stored K/V, exactly as it would decode alone)."""
+        if not state.cohorts:
+            state.cohorts = [(CommittedBlockCache(), list(view.rows))]
+        active = set(view.rows)
+        out, kept = [], []
+        for storage, held in state.cohorts:
+            groups: dict[int, list[int]] = {}
+            for r in held:
+                if r in active:
+                    lo = view.block_lo[r]
+                    groups.setdefault(P + (lo - state.offsets[r] if lo == 0 else lo), []).append(r)
+            for n, (start, members) in enumerate(groups.items()):
+                part = storage if n == len(groups) - 1 else copy.copy(storage)
+                if members != held:
+                    part.keep_rows(torch.tensor([held.index(r) for r in members], dtype=torch.long,
+                                                device=rows.device))
+                kept.append((part, members))
+                out.append((part, members, rows.new_tensor(members), start))
+        state.cohorts = kept
+        return out
