@@ -32,6 +32,14 @@ from dllm_bench.decoding.selectors import prefix_commit_mask, sort_candidates
 from dllm_bench.models.cache import CommittedBlockCache
 
 KV_CACHES = ("committed", "none")
+# the published loops' settings (conf/policy/<name>.yaml; block_length = the model's block size, 32 for Fast-dLLM v2
+# and LLaDA2.0, 4 in SDAR's README): Fast-dLLM v2's batch_sample (sub-blocks of 8, tau 0.95), SDAR's README
+# (steps 4, tau 0.9), LLaDA2.0's generate (steps 32, threshold 0.95, no K/V cache)
+PRESETS: dict[str, dict[str, Any]] = {
+    "fast_dllm_v2": {"sub_block": 8, "tau": 0.95},
+    "sdar": {"steps": 4, "tau": 0.9},
+    "llada2": {"steps": 32, "tau": 0.95, "kv_cache": "none"},
+}
 
 
 @dataclass
