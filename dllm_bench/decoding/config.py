@@ -76,7 +76,7 @@ def check_combination(
     lengths, then what the policy accepts, the rule's and the cache's own checks, and guidance."""
     if gen_length < 1 or block_length < 1:
         raise ValueError(f"gen_length and block_length must be >= 1, got {gen_length}, {block_length}")
-    if gen_length % block_length:
+    if getattr(policy, "blocks_from_answer", True) and gen_length % block_length:
         raise ValueError(f"gen_length {gen_length} is not a multiple of block_length {block_length}")
     policy.check_combination(selector, cache, gen_length=gen_length, block_length=block_length, cfg_scale=cfg_scale)
     if selector is not None:

@@ -136,6 +136,7 @@ def generate(
     forbidden = tuple(dict.fromkeys([*forbidden_token_ids, *(() if confidence_mask_in_softmax else (mask_id,))]))
     unchosen = (mask_id,) if confidence_mask_in_softmax else ()
     policy.check_model(config)
+    policy.place_prompt(state, attention_mask, config)  # where each row's answer sits (block diffusion's grid)
 
     # per-row counters stay on the device and are read once, after the loop
     active = torch.ones(B, dtype=torch.bool, device=device)

@@ -1,4 +1,4 @@
-"""One source of defaults: the builders' dataclasses (and SLOWFAST_PRESETS); every conf/cache and conf/policy
+"""One source of defaults: the builders' dataclasses (and SLOWFAST_PRESETS, block_diffusion's PRESETS); every conf/cache and conf/policy
 file must say exactly what they say, so `build_cache("dllm")` and `cache=dllm` decode alike."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import yaml
 
 from dllm_bench.decoding.config import CACHES, POLICY_CLASSES
 from dllm_bench.decoding.policies import SLOWFAST_PRESETS
+from dllm_bench.decoding.policies.block_diffusion import PRESETS as BLOCK_DIFFUSION_PRESETS
 from dllm_bench.runner.config import CONF_DIR
 
 pytestmark = pytest.mark.fast  # the inner loop: make test-fast
@@ -33,9 +34,17 @@ def test_yaml_equals_the_dataclass_defaults(path):
         expected.update({k: v for k, v in data.items() if k in expected})
     if name == "slowfast":
         expected.update(SLOWFAST_PRESETS[path.stem.removeprefix("slowfast_")])
+    if name == "block_diffusion" and path.stem != name:
+        expected.update(BLOCK_DIFFUSION_PRESETS[path.stem])
     assert data == expected
 
 
 def test_every_slowfast_preset_has_its_file():
     assert sorted(p.stem for p in (CONF_DIR / "policy").glob("slowfast_*.yaml")) == \
         sorted(f"slowfast_{name}" for name in SLOWFAST_PRESETS)
+
+
+def test_every_block_diffusion_preset_has_its_file():
+    named = {p.stem for p in (CONF_DIR / "policy").glob("*.yaml")
+             if yaml.safe_load(p.read_text())["name"] == "block_diffusion"}
+    assert named == {"block_diffusion", *BLOCK_DIFFUSION_PRESETS}

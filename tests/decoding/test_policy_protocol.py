@@ -127,4 +127,5 @@ def test_policy_base_hooks_default_to_doing_nothing():
     assert base.ends_rows_early() is None and base.measure is None
     base.check_measure("margin")  # no measure of its own: any given one is the rule's business
     base.check_model(None)
+    assert base.place_prompt(None, torch.ones(1, 3), None) is None
     assert base.refuse_cache(build_cache("dual")) is None and base.refuse_cfg(2.0) is None

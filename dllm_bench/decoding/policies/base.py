@@ -9,7 +9,7 @@ candidates to commit (``decide``) and, after the commit, which rows are finished
 
 Everything else is an optional hook with a do-nothing default in :class:`PolicyBase`, which ``generate`` calls
 unconditionally: what a forward computes (``forward``, ``dropout``, ``canvas_limit``), edits after the commit
-(``revise``), what ends a row early (``ends_rows_early``), the confidence it ranks by (``measure``), and what it
+(``revise``), where the answer sits (``place_prompt``), what ends a row early (``ends_rows_early``), the confidence it ranks by (``measure``), and what it
 accepts: its parameters (``check``), the rules, caches, lengths and guidance it runs with (``refuse_rule``,
 ``refuse_lengths``, ``refuse_cache``, ``refuse_cfg``: one line saying why not, None = accepted) and the model
 (``check_model``). A policy that needs something new gets a new hook here with a default, not a branch in the loop.
@@ -94,6 +94,10 @@ class Policy(Protocol):
     def check(self) -> None:
         """Raise ValueError (one line naming the value and the allowed range) for a parameter out of range."""
 
+    def place_prompt(self, state: Any, prompt_mask: torch.Tensor, config: Any) -> None:
+        """See, once before the first step, the prompt's attention mask [B, P] (left padding 0) and the model
+        config: where each row's answer sits (block diffusion's absolute grid); raise ValueError where it cannot run."""
+
     def check_combination(self, rule: Any, cache: Any, *, gen_length: int, block_length: int,
                           cfg_scale: float = 0.0) -> None:
         """Raise ValueError (one line) where this policy cannot run with that rule, cache, lengths or guidance."""
@@ -114,6 +118,9 @@ class PolicyBase:
     # host reads per decoding step at batch 1 its loop stays within (scripts/count_syncs.py,
     # tests/decoding/test_sync_budget.py); above the engine's 3 where its own loop reads more
     sync_budget: ClassVar[int] = 3
+    # its blocks tile the answer from its first position, so gen_length is a multiple of block_length (False: they
+    # tile the canvas from the prompt's start, block diffusion's absolute grid, and the answer may end anywhere)
+    blocks_from_answer: ClassVar[bool] = True
 
     @property
     def measure(self) -> str | None:
@@ -188,6 +195,9 @@ class PolicyBase:
             raise ValueError(f"policy {self.name!r} uses confidence {self.measure!r}, got {given!r}")
 
     def check_model(self, config: Any) -> None:
+        return None
+
+    def place_prompt(self, state: Any, prompt_mask: torch.Tensor, config: Any) -> None:
         return None
 
 
