@@ -75,7 +75,7 @@ def _published_length(prompt_length: int, setting: dict) -> int:
 
 
 def _fast_spec(setting: dict, G: int, trace: bool = False, **policy) -> DecodeSpec:
-    pol = build_policy("block_diffusion", sub_block=setting["sub_block"], tau=setting["tau"], **policy)
+    pol = build_policy("block_diffusion", sub_block=setting["sub_block"], threshold=setting["tau"], **policy)
     # the published run's shim takes the mask out of the softmax (fixture source)
     sampling = Sampling(confidence_precision="model", confidence_mask_in_softmax=False)
     return DecodeSpec(Decoding(G, setting["block_length"], pol, early_stop=True), sampling, Accounting(trace=trace),
@@ -153,7 +153,7 @@ def test_sdar_and_llada2_rule_equals_a_loop_written_here(kv_cache, steps, tau):
     """``steps`` set: SDAR's ``low_confidence_dynamic`` / LLaDA2.0's threshold with its scheduled fallback; the
     committed-block K/V decode as the recomputed prefix (block-causal: a committed block's K/V never change)."""
     model = _sdar()
-    pol = build_policy("block_diffusion", steps=steps, tau=tau, kv_cache=kv_cache)
+    pol = build_policy("block_diffusion", steps=steps, threshold=tau, kv_cache=kv_cache)
     for sample_id in list(_prompts())[:2]:
         prompt = _prompts()[sample_id]
         G = 14  # the prompt (76) ends on the grid of 4: blocks of 4, the last one cut at the answer's end
@@ -198,13 +198,13 @@ def test_a_left_padded_row_decodes_on_its_own_grid(kv_cache):
         assert padded.records[i].nfe == alone[i].records[0].nfe
 
 
-@pytest.mark.parametrize("rule,params", [("threshold", {"tau": 0.7}), ("frechet", {}), ("eb_sampler", {}),
+@pytest.mark.parametrize("rule,params", [("threshold", {"threshold": 0.7}), ("frechet", {}), ("eb_sampler", {}),
                                          ("factor", {})])
 def test_field_rules_commit_inside_the_sub_blocks_of_fast_dllm_v2(rule, params):
     """A rule no published block-diffusion code has (Fréchet on Fast-dLLM v2) is one setting; every commit lies in
     the step's sub-block."""
     model = _model(RANDOM / "random_fast_dllm_v2")
-    pol = build_policy("block_diffusion", sub_block=2, tau=0.95)
+    pol = build_policy("block_diffusion", sub_block=2, threshold=0.95)
     spec = DecodeSpec(Decoding(12, 4, pol, build_rule(rule, **params)), accounting=Accounting(trace=True))
     with torch.no_grad():
         out = generate(model, torch.tensor([_prompts()[s] for s in list(_prompts())[:2]]), None, spec)
@@ -227,7 +227,7 @@ def test_a_fixed_count_rule_runs_with_steps_and_an_adaptive_one_refuses_them():
 @pytest.mark.parametrize("bad,match", [
     (dict(sub_block=0), "sub_block must be an integer >= 1 or None, got 0"),
     (dict(steps=0), "steps must be an integer >= 1 or None, got 0"),
-    (dict(tau=1.5), "tau must be in \\[0, 1\\], got 1.5"),
+    (dict(threshold=1.5), "threshold must be in \\[0, 1\\], got 1.5"),
     (dict(kv_cache="dual"), "kv_cache must be one of committed, none, got 'dual'"),
 ])
 def test_bad_parameters_are_refused_in_one_line(bad, match):
@@ -249,7 +249,7 @@ def test_combinations_it_cannot_run_are_refused_in_one_line():
                  DecodeSpec(Decoding(8, 8, build_policy("block_diffusion", steps=4))))
 
 
-@pytest.mark.parametrize("name,policy", [("random_fast_dllm_v2", dict(sub_block=2, tau=0.9)),
+@pytest.mark.parametrize("name,policy", [("random_fast_dllm_v2", dict(sub_block=2, threshold=0.9)),
                                          ("random_sdar", dict(steps=4)), ("random_llada2", dict(steps=2, kv_cache="none"))])
 def test_bf16_decodes_every_position(name, policy):
     model = _model(RANDOM / name, torch.bfloat16)

@@ -11,8 +11,8 @@ before the first block. ``none`` recomputes the canvas up to the current block's
 goes on with a copy of its K/V, so every row decodes as it does alone.
 
 Commit rule: the configured one, or with ``rule=none`` the policy's own: without ``steps`` every masked candidate
-of the sub-block with p > tau and at least the most confident (Fast-dLLM v2); with ``steps`` (per block) every
-candidate above tau if they are at least the scheduled count k (block_length / steps, the remainder first), else
+of the sub-block with p > threshold and at least the most confident (Fast-dLLM v2); with ``steps`` (per block) every
+candidate above the threshold if they are at least the scheduled count k (block_length / steps, the remainder first), else
 the k most confident (SDAR's ``low_confidence_dynamic``, LLaDA2.0's threshold with ``minimal_topk``).
 """
 
@@ -36,9 +36,9 @@ KV_CACHES = ("committed", "none")
 # and LLaDA2.0, 4 in SDAR's README): Fast-dLLM v2's batch_sample (sub-blocks of 8, tau 0.95), SDAR's README
 # (steps 4, tau 0.9), LLaDA2.0's generate (steps 32, threshold 0.95, no K/V cache)
 PRESETS: dict[str, dict[str, Any]] = {
-    "fast_dllm_v2": {"sub_block": 8, "tau": 0.95},
-    "sdar": {"steps": 4, "tau": 0.9},
-    "llada2": {"steps": 32, "tau": 0.95, "kv_cache": "none"},
+    "fast_dllm_v2": {"sub_block": 8, "threshold": 0.95},
+    "sdar": {"steps": 4, "threshold": 0.9},
+    "llada2": {"steps": 32, "threshold": 0.95, "kv_cache": "none"},
 }
 
 
@@ -68,7 +68,7 @@ class BlockDiffusionPolicy(PolicyBase):
 
     sub_block: int | None = None
     steps: int | None = None
-    tau: float = 0.9
+    threshold: float = 0.9
     kv_cache: str = "committed"
     name: ClassVar[str] = "block_diffusion"
     sync_budget: ClassVar[int] = 4  # the engine's 3 and the candidates' count for the LM head
@@ -79,8 +79,8 @@ class BlockDiffusionPolicy(PolicyBase):
             raise ValueError(f"{self.name} sub_block must be an integer >= 1 or None, got {self.sub_block!r}")
         if self.steps is not None and not is_positive_int(self.steps):
             raise ValueError(f"{self.name} steps must be an integer >= 1 or None, got {self.steps!r}")
-        if isinstance(self.tau, bool) or not isinstance(self.tau, (int, float)) or not 0 <= self.tau <= 1:
-            raise ValueError(f"{self.name} tau must be in [0, 1], got {self.tau!r}")
+        if isinstance(self.threshold, bool) or not isinstance(self.threshold, (int, float)) or not 0 <= self.threshold <= 1:
+            raise ValueError(f"{self.name} threshold must be in [0, 1], got {self.threshold!r}")
         if self.kv_cache not in KV_CACHES:
             raise ValueError(f"{self.name} kv_cache must be one of {', '.join(KV_CACHES)}, got {self.kv_cache!r}")
 
@@ -174,8 +174,8 @@ class BlockDiffusionPolicy(PolicyBase):
         return commit, torch.where(state.storing.unsqueeze(1), ctx.prediction, tokens)
 
     def _own_commit(self, conf: torch.Tensor, cand: torch.Tensor, k: torch.Tensor | None) -> torch.Tensor:
-        above = cand & (conf > self.tau)
-        if k is None:  # Fast-dLLM v2: above tau, and the most confident (the first of equals)
+        above = cand & (conf > self.threshold)
+        if k is None:  # Fast-dLLM v2: above the threshold, and the most confident (the first of equals)
             first = torch.zeros_like(cand).scatter_(1, conf.argmax(dim=1, keepdim=True), True)
             return (above | first) & cand
         n_above, n_cand = above.sum(dim=1), cand.sum(dim=1)
