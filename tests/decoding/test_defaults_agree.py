@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from dllm_bench.decoding.config import CACHES, POLICY_CLASSES
-from dllm_bench.decoding.policies import SLOWFAST_PRESETS
+from dllm_bench.decoding.policies import EDIT_PRESETS, SLOWFAST_PRESETS, SOFT_PRESETS
 from dllm_bench.runner.config import CONF_DIR
 
 pytestmark = pytest.mark.fast  # the inner loop: make test-fast
@@ -33,9 +33,23 @@ def test_yaml_equals_the_dataclass_defaults(path):
         expected.update({k: v for k, v in data.items() if k in expected})
     if name == "slowfast":
         expected.update(SLOWFAST_PRESETS[path.stem.removeprefix("slowfast_")])
+    if name == "llada21":
+        expected.update(EDIT_PRESETS[path.stem.removeprefix("llada21_")])
+    if name == "dmax":
+        expected.update(SOFT_PRESETS[path.stem.removeprefix("dmax_")])
     assert data == expected
 
 
 def test_every_slowfast_preset_has_its_file():
     assert sorted(p.stem for p in (CONF_DIR / "policy").glob("slowfast_*.yaml")) == \
         sorted(f"slowfast_{name}" for name in SLOWFAST_PRESETS)
+
+
+def test_every_llada21_preset_has_its_file():
+    assert sorted(p.stem for p in (CONF_DIR / "policy").glob("llada21_*.yaml")) == \
+        sorted(f"llada21_{name}" for name in EDIT_PRESETS)
+
+
+def test_every_dmax_preset_has_its_file():
+    assert sorted(p.stem for p in (CONF_DIR / "policy").glob("dmax_*.yaml")) == \
+        sorted(f"dmax_{name}" for name in SOFT_PRESETS)
