@@ -23,6 +23,7 @@ class StepTrace:
     step: int
     sorted_confidences: list[float]
     n_committed: int
+    n_edited: int = 0  # committed tokens this step rewrote or re-masked (``Policy.revise``)
     frechet_core: float | None = None
     frechet_bonus: float | None = None
 
@@ -35,6 +36,7 @@ class SampleRecord:
     steps: int  # decoding steps (commit decisions) of the row
     forward_positions: int  # query positions the network computed for the row, summed over forwards
     wall_time_s: float  # from the start of the call until the row finished (synchronised on GPU)
+    edits: int = 0  # committed tokens rewritten or re-masked after their commit, summed over steps (``revise``)
     token_counts: dict[str, int] = field(default_factory=dict)
     trace: list[StepTrace] | None = None
 

@@ -45,15 +45,17 @@ def _synchronize(device: torch.device) -> None:
 
 
 def _trace_step(step: int, conf: torch.Tensor, cand: torch.Tensor, commit: torch.Tensor, rows: list[int],
-                rule) -> list[StepTrace]:
-    """StepTrace of each active row (``rows``), with the rule's own terms where it committed."""
+                rule, edited: torch.Tensor | None) -> list[StepTrace]:
+    """StepTrace of each active row (``rows``), with the rule's own terms where it committed and the committed
+    tokens the policy edited (``edited`` [B, G], None: none)."""
     sorted_conf, _, n_cand = sort_candidates(conf, cand)
     n_commit = commit.sum(dim=1)
     terms = {key: value.tolist() for key, value in rule.trace_terms(sorted_conf, n_commit).items()}
     n_cand, n_commit = n_cand.tolist(), n_commit.tolist()
+    n_edit = [0] * conf.shape[0] if edited is None else edited.sum(dim=1).tolist()
     out = []
     for b in rows:
-        entry = StepTrace(step, sorted_conf[b, : n_cand[b]].double().tolist(), n_commit[b])
+        entry = StepTrace(step, sorted_conf[b, : n_cand[b]].double().tolist(), n_commit[b], n_edit[b])
         for key, value in terms.items() if n_commit[b] > 0 else ():
             setattr(entry, key, value[b])
         out.append(entry)
@@ -143,6 +145,7 @@ def generate(
     all_rows = torch.arange(B, device=device)
     nfe = torch.zeros(B, dtype=torch.long, device=device)
     positions = torch.zeros(B, dtype=torch.long, device=device)
+    edits = torch.zeros(B, dtype=torch.long, device=device)
     finish_step = torch.zeros(B, dtype=torch.long, device=device)
     step_times: list[float] = []  # seconds from the start to the end of each step
     traces: list[list[StepTrace]] = [[] for _ in range(B)]
@@ -161,11 +164,13 @@ def generate(
             cand = masked & (j >= lo.unsqueeze(1)) & (j < hi.unsqueeze(1)) & active.unsqueeze(1)
             block = policy.block(state)
             read = rule.read(rule_state, cand, masked, active, block[0])  # the candidates, or more (KLASS)
+            read = policy.read(state, read, masked, active)  # or committed positions too (a policy that edits)
             order = rule.plan(rule_state, view.rows, view.block_lo, generators, canvas_lengths)
             if order is not None:  # the step's commits, known before its forward
                 ahead = StepContext(order, cand, answer, masked, reference, state=rule_state, block=block)
                 planned = policy.decide(state, ahead, selector)[0] & cand
                 view.planned = torch.where(planned, order, float("-inf"))
+            runner.embed_override = policy.soft_inputs(state, runner, x, active)  # None: the tokens' own
             results = policy.forward(state, runner, x, rows, read, view)
             if dtype is None:
                 dtype = resolve_precision(confidence_precision, results[0].logits.dtype)
@@ -181,18 +186,24 @@ def generate(
                                   generators if samples else None, workspace, fuse)
                 positions.index_add_(0, res.rows, res.positions)
                 refreshed[res.rows] = res.refresh
-            if read is not cand:  # positions read for the rule's state only are no candidates
+            read_conf, read_pred = conf, pred
+            if read is not cand:  # positions read for the rule's state or the policy's edits are no candidates
+                read_conf, read_pred = conf.clone(), pred.clone()
                 conf.masked_fill_(~cand, float("-inf"))
                 pred.masked_fill_(~cand, mask_id)
             nfe += active.long()
-            ctx = StepContext(conf, cand, pred, masked, reference, state=rule_state, block=block)
+            ctx = StepContext(conf, cand, pred, masked, reference, state=rule_state, block=block,
+                              read_confidence=read_conf, read_prediction=read_pred)
             commit, tokens = policy.decide(state, ctx, selector)
             commit = cache.adjust_commit(commit, cand, refreshed, block[0])
             commit &= cand
             answer.copy_(torch.where(commit, tokens, answer))
-            policy.revise(state, answer, active, mask_id)
+            edited = policy.revise(state, ctx, answer, active, mask_id)  # rewritten or re-masked committed tokens
+            if edited is not None:
+                edits += (edited & active.unsqueeze(1)).sum(dim=1)
             if trace:
-                for b, entry in zip(view.rows, _trace_step(step, conf, cand, commit, view.rows, rule), strict=True):
+                for b, entry in zip(view.rows, _trace_step(step, conf, cand, commit, view.rows, rule, edited),
+                                    strict=True):
                     traces[b].append(entry)
             now_masked = answer == mask_id
             finished = policy.finished(state, answer, now_masked, active, stop_id) & active
@@ -208,10 +219,10 @@ def generate(
         tokens_out = torch.where(tokens_out == mask_id, stops[0], tokens_out)
     _check_no_mask(tokens_out, mask_id, policy, selector, cache)
     records = []
-    counters = torch.stack([nfe, positions, finish_step]).tolist()
+    counters = torch.stack([nfe, positions, finish_step, edits]).tolist()
     for b in range(B):
         rec = SampleRecord(nfe=counters[0][b], steps=counters[0][b], forward_positions=counters[1][b],
-                           wall_time_s=step_times[counters[2][b]] if step_times else 0.0,
+                           wall_time_s=step_times[counters[2][b]] if step_times else 0.0, edits=counters[3][b],
                            trace=traces[b] if trace else None)
         if tokenizer is not None:
             prompt_real = int(((input_ids[b] != stops[0]) & attention_mask[b].bool()).sum()) if stops else int(attention_mask[b].sum())

@@ -73,6 +73,9 @@ class ForwardRunner:
         self.head_at = bool(getattr(model, "accepts_logits_at", False))
         self.head_range = bool(getattr(model, "accepts_logits_range", False))
         self.window: tuple[int, int] | None = None
+        # the step's input embeddings in place of the tokens' own (``Policy.soft_inputs``): (where [B, T] bool,
+        # embeddings [B, T, d]) over the whole canvas, or None
+        self.embed_override: tuple[torch.Tensor, torch.Tensor] | None = None
         self.candidates: torch.Tensor | None = None
         self.session = cache.session(Canvas(prompt_length, attention_mask.shape[1], self.prompt_real, self.shift,
                                              mask_token_id, model))
@@ -86,6 +89,13 @@ class ForwardRunner:
             self.position_ids = ((attention_mask.long().cumsum(-1) - 1).clamp(min=0) if padded else
                                  torch.arange(T, device=attention_mask.device).expand(self.batch, T))
 
+    def _kwargs(self, rows: torch.Tensor) -> dict:
+        """The forward's model keyword arguments for ``rows``, with the step's input embeddings where it has some."""
+        kwargs = _slice_kwargs(self.model_kwargs, rows, self.batch)
+        if self.embed_override is not None:
+            kwargs["embed_override"] = tuple(v.index_select(0, rows) for v in self.embed_override)
+        return kwargs
+
     def _call(self, x: torch.Tensor, rows: torch.Tensor, cache=None, start: int = 0, end: int | None = None,
               window: tuple[int, int] | None = None, cut: bool = False, canvas: PrunedCanvas | None = None
               ) -> tuple[torch.Tensor, int, tuple[torch.Tensor, torch.Tensor] | None]:
@@ -94,7 +104,7 @@ class ForwardRunner:
         with ``window`` (canvas positions holding every candidate) a model that supports it computes the LM
         head only there. ``cut`` (or no cache) makes ``end`` the canvas length the network sees (SlowFast's
         truncated fast phase). ``canvas`` (suffix dropout) replaces the rows' canvas by its pruned columns."""
-        kwargs = _slice_kwargs(self.model_kwargs, rows, self.batch)
+        kwargs = self._kwargs(rows)
         mask = None if self.mask is None else self.mask.index_select(0, rows)
         inp = x.index_select(0, rows)
         if canvas is not None:
@@ -133,7 +143,7 @@ class ForwardRunner:
         if not self.head_at:
             raise RuntimeError(f"cache {self.cache.name!r} queries per-row positions: the model must take logits_at "
                                "(our networks do)")
-        kwargs = _slice_kwargs(self.model_kwargs, rows, self.batch)
+        kwargs = self._kwargs(rows)
         mask = None if self.mask is None else self.mask.index_select(0, rows)
         inp = x.index_select(0, rows).gather(1, positions)
         sub = self.candidates.index_select(0, rows)

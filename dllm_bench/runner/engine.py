@@ -131,7 +131,7 @@ class DecodingEngine(Engine):
             out = generate(self.model, ids, mask, self.spec.for_batch(seeds, stop_strings), **kwargs, **extra)
         tokens = out.tokens.tolist()
         return [Generation(ids=tokens[i], nfe=r.nfe, steps=r.steps, token_counts=dict(r.token_counts),
-                           decode_time_s=r.wall_time_s, forward_positions=r.forward_positions,
+                           decode_time_s=r.wall_time_s, forward_positions=r.forward_positions, edits=r.edits,
                            trace=_trace_dict(r.trace))
                 for i, r in enumerate(out.records)]
 

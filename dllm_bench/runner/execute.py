@@ -164,6 +164,7 @@ def decode_batch(engine: Engine, task: Task, docs: list[dict], indices: list[int
             **counts,
             "tokens_per_forward": counted / gen.nfe if gen.nfe else math.nan,
             "forward_positions": _known(gen.forward_positions),
+            "edits": _known(gen.edits),  # committed tokens rewritten or re-masked (WINO, LLaDA2.1, DMax)
             "wall_time_s": latency / len(docs),
             "latency_s": latency,
             "decode_time_s": gen.decode_time_s,

@@ -25,6 +25,7 @@ class Generation:
     token_counts: dict[str, int]  # the decoding engine's counting rules (COUNT_KEYS values)
     decode_time_s: float = math.nan  # from the start of the generate call until this row finished
     forward_positions: int | None = 0
+    edits: int | None = 0  # committed tokens rewritten or re-masked after their commit (None: a server reports none)
     trace: dict[str, Any] | None = None
 
 

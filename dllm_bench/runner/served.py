@@ -271,7 +271,7 @@ class ServedEngine(Engine):
         steps = own.get("steps")
         return Generation(ids=[int(t) for t in ids], nfe=reported_nfe(meta), token_counts=counts,
                           steps=int(steps) if isinstance(steps, int) else None, decode_time_s=latency,
-                          forward_positions=int(own.get("forward_positions", 0)))
+                          forward_positions=int(own.get("forward_positions", 0)), edits=None)
 
     def generate(self, prompts: list[str], docs: list[dict], seeds: list[int], stop_strings: tuple[str, ...],
                  **extra: Any) -> list[Generation]:

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from dllm_bench.decoding.config import CACHES, POLICY_CLASSES
-from dllm_bench.decoding.policies import SLOWFAST_PRESETS
+from dllm_bench.decoding.policies import EDIT_PRESETS, SLOWFAST_PRESETS, SOFT_PRESETS
 from dllm_bench.decoding.policies.block_diffusion import PRESETS as BLOCK_DIFFUSION_PRESETS
 from dllm_bench.runner.config import CONF_DIR
 
@@ -36,6 +36,10 @@ def test_yaml_equals_the_dataclass_defaults(path):
         expected.update(SLOWFAST_PRESETS[path.stem.removeprefix("slowfast_")])
     if name == "block_diffusion" and path.stem != name:
         expected.update(BLOCK_DIFFUSION_PRESETS[path.stem])
+    if name == "llada21":
+        expected.update(EDIT_PRESETS[path.stem.removeprefix("llada21_")])
+    if name == "dmax":
+        expected.update(SOFT_PRESETS[path.stem.removeprefix("dmax_")])
     assert data == expected
 
 
@@ -48,3 +52,13 @@ def test_every_block_diffusion_preset_has_its_file():
     named = {p.stem for p in (CONF_DIR / "policy").glob("*.yaml")
              if yaml.safe_load(p.read_text())["name"] == "block_diffusion"}
     assert named == {"block_diffusion", *BLOCK_DIFFUSION_PRESETS}
+
+
+def test_every_llada21_preset_has_its_file():
+    assert sorted(p.stem for p in (CONF_DIR / "policy").glob("llada21_*.yaml")) == \
+        sorted(f"llada21_{name}" for name in EDIT_PRESETS)
+
+
+def test_every_dmax_preset_has_its_file():
+    assert sorted(p.stem for p in (CONF_DIR / "policy").glob("dmax_*.yaml")) == \
+        sorted(f"dmax_{name}" for name in SOFT_PRESETS)

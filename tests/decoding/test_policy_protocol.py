@@ -122,7 +122,10 @@ def test_policy_base_hooks_default_to_doing_nothing():
     base = LeftToRight()
     assert base.forward(None, Runner(), 1, 2, 3, 4) == ["ran", 1, 2, 3, 4]
     answer = torch.tensor([[5, 6]])
-    assert base.revise(None, answer, torch.tensor([True]), 9) is None and answer.tolist() == [[5, 6]]
+    assert base.revise(None, None, answer, torch.tensor([True]), 9) is None and answer.tolist() == [[5, 6]]
+    read = torch.tensor([[True, False]])
+    assert base.read(None, read, read, torch.tensor([True])) is read
+    assert base.soft_inputs(None, Runner(), answer, torch.tensor([True])) is None
     assert base.canvas_limit(None) is None and base.dropout(4, 0, 1, torch.device("cpu")) is None
     assert base.ends_rows_early() is None and base.measure is None
     base.check_measure("margin")  # no measure of its own: any given one is the rule's business

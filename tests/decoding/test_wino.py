@@ -70,6 +70,9 @@ def test_the_goldens_exercise_narrow_out():
     out = generate(_model(), torch.tensor(batch), None, _spec(setting, trace=True))
     commits = [sum(step.n_committed for step in rec.trace) for rec in out.records]
     assert max(commits) > GOLDEN["gen_length"]
+    # every revoked token is counted as an edit, per step and per sample: the commits beyond the answer's length
+    assert [rec.edits for rec in out.records] == [c - GOLDEN["gen_length"] for c in commits]
+    assert [sum(step.n_edited for step in rec.trace) for rec in out.records] == [rec.edits for rec in out.records]
 
 
 def test_pair_mask_forward_equals_separate_forwards(tiny_llada_dir):

@@ -8,8 +8,11 @@ candidates to commit (``decide``) and, after the commit, which rows are finished
 ``advance``). Positions are answer coordinates (0 = first generated position).
 
 Everything else is an optional hook with a do-nothing default in :class:`PolicyBase`, which ``generate`` calls
-unconditionally: what a forward computes (``forward``, ``dropout``, ``canvas_limit``), edits after the commit
-(``revise``), where the answer sits (``place_prompt``), what ends a row early (``ends_rows_early``), the confidence it ranks by (``measure``), and what it
+unconditionally: what a forward computes (``forward``, ``dropout``, ``canvas_limit``) and feeds (``soft_inputs``:
+input embeddings in place of some tokens' own, DMax's mix of token and mask embeddings), which positions' predictions
+the step reads (``read``: committed ones too, for a policy that edits them), edits after the commit (``revise``:
+rewrite or re-mask committed tokens; it returns what it edited, which the accounting counts per step and sample),
+where the answer sits (``place_prompt``), what ends a row early (``ends_rows_early``), the confidence it ranks by (``measure``), and what it
 accepts: its parameters (``check``), the rules, caches, lengths and guidance it runs with (``refuse_rule``,
 ``refuse_lengths``, ``refuse_cache``, ``refuse_cfg``: one line saying why not, None = accepted) and the model
 (``check_model``). A policy that needs something new gets a new hook here with a default, not a branch in the loop.
@@ -74,8 +77,19 @@ class Policy(Protocol):
                 view: Any) -> list:
         """The step's forwards (``ForwardResult``) for the active ``rows``: logits at least at ``read``."""
 
-    def revise(self, state: Any, answer: torch.Tensor, active: torch.Tensor, mask_id: int) -> None:
-        """Edit the answer [B, G] in place after the commit (re-mask decoded tokens)."""
+    def read(self, state: Any, read: torch.Tensor, masked: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+        """[B, G] bool: the answer positions whose predictions the step computes (``read``: the rule's, the
+        candidates or more); a policy that edits committed tokens adds them (``StepContext.read_confidence``)."""
+
+    def soft_inputs(self, state: Any, runner: Any, x: torch.Tensor, active: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Input embeddings the step's forwards take in place of the tokens' own: (where [B, T] bool, embeddings
+        [B, T, d]) over the canvas ``x`` [B, T]; None = the tokens' own everywhere."""
+
+    def revise(self, state: Any, ctx: StepContext, answer: torch.Tensor, active: torch.Tensor,
+               mask_id: int) -> torch.Tensor | None:
+        """Edit the answer [B, G] in place after the commit (rewrite or re-mask committed tokens, from ``ctx``'s
+        predictions); [B, G] bool: the positions it edited (None: none)."""
 
     def canvas_limit(self, state: Any) -> torch.Tensor | None:
         """[B] answer length the network sees per row; None = the whole canvas."""
@@ -149,7 +163,15 @@ class PolicyBase:
                 view: Any) -> list:
         return runner.run(x, rows, read, view)
 
-    def revise(self, state: Any, answer: torch.Tensor, active: torch.Tensor, mask_id: int) -> None:
+    def read(self, state: Any, read: torch.Tensor, masked: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+        return read
+
+    def soft_inputs(self, state: Any, runner: Any, x: torch.Tensor, active: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        return None
+
+    def revise(self, state: Any, ctx: StepContext, answer: torch.Tensor, active: torch.Tensor,
+               mask_id: int) -> torch.Tensor | None:
         return None
 
     def canvas_limit(self, state: Any) -> torch.Tensor | None:

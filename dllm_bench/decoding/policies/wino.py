@@ -152,9 +152,12 @@ class WinoPolicy(PolicyBase):
         state.last_accept = accept
         return commit, ctx.prediction
 
-    def revise(self, state: WinoState, answer: torch.Tensor, active: torch.Tensor, mask_id: int) -> None:
+    def revise(self, state: WinoState, ctx: StepContext, answer: torch.Tensor, active: torch.Tensor,
+               mask_id: int) -> torch.Tensor:
         """Narrow out: the decoded tokens the shadow block re-scored low (``decide`` chose them) are masked again."""
-        answer.copy_(torch.where(state.revoke & active.unsqueeze(1), mask_id, answer))
+        revoked = state.revoke & active.unsqueeze(1)
+        answer.copy_(torch.where(revoked, mask_id, answer))
+        return revoked
 
     def advance(self, state: WinoState, masked: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
         lo, hi = self.block(state)

@@ -44,6 +44,10 @@ class StepContext:
     state: Any = None  # the rule's state
     block: tuple[torch.Tensor, torch.Tensor] | None = None  # ([B], [B]) answer span of the current block
     last_step: torch.Tensor | None = None  # [B] bool: the last step of a block of a fixed step count (else None)
+    # confidence and x0 at every position the step read (``Policy.read``: committed ones too, for edits); the
+    # same tensors as ``confidence`` / ``prediction`` where it read the candidates only
+    read_confidence: torch.Tensor | None = None
+    read_prediction: torch.Tensor | None = None
 
 
 @runtime_checkable

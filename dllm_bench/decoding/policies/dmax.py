@@ -1,0 +1,161 @@
+"""DMax's soft parallel decoding (czg1225/DMax, its dInfer copy: ``ThresholdParallelDecoder.decode_uniform`` with
+``BlockRunner.decode_uniform``): blocks whose decoded tokens are re-predicted every step and fed back as soft
+inputs, a mix of the token's and the mask's embeddings by the token's probability."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from dllm_bench.decoding.policies.base import PolicyBase, blocked_bounds, register, span_mask
+from dllm_bench.decoding.rules.base import StepContext, rule_tokens
+
+
+@dataclass
+class SoftState:
+    """Per-row progress of ``SoftPolicy`` and what the next forward feeds softly."""
+
+    block_length: int
+    num_blocks: int
+    block: torch.Tensor  # [B] long: index of the current block
+    step_in_block: torch.Tensor  # [B] long: forwards the current block has taken
+    undecided: torch.Tensor  # [B, G] bool: positions of the current block masked when it began
+    soft: torch.Tensor  # [B, G] bool: positions the next forward feeds softly
+    soft_prob: torch.Tensor  # [B, G] float32: the probability of the token there (the mix's weight)
+    settled: torch.Tensor  # [B] bool: the step ended the block (set by ``revise``)
+    had_mask: torch.Tensor  # [B] bool: the step began with a mask in the block (set by ``decide``)
+
+
+def _unit(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise ValueError(f"dmax {name} must be a number in [0, 1], got {value!r}")
+
+
+@register
+@dataclass(frozen=True)
+class SoftPolicy(PolicyBase):
+    """DMax soft parallel decoding over blocks: prefix-threshold commits, re-prediction of decoded tokens, soft inputs.
+
+    Each step of a block commits the masked block positions left of the first one whose top-1 probability is
+    below ``threshold`` (the leftmost masked one when none qualifies; or the configured rule's commit), and
+    rewrites every token decoded earlier in the block (never a prompt token) with this step's argmax. The next
+    forward feeds each decoded position of the block p·e(token) + (1 − p)·e(mask), rescaled to the norm
+    p·|e(token)| + (1 − p)·|e(mask)|, p the token's probability. A block ends when every position it decodes
+    has p ≥ ``settle`` or a step changes nothing, at most ``block_length`` steps.
+    """
+
+    threshold: float = 0.5
+    settle: float = 0.9
+    name: ClassVar[str] = "dmax"
+    flavours: ClassVar[tuple[str, ...]] = ("llada",)
+    measure: ClassVar[str] = "top1_prob"
+
+    def check(self) -> None:
+        _unit("threshold", self.threshold)
+        _unit("settle", self.settle)
+        if self.threshold > self.settle:  # a block could settle with masks left, which no later step commits
+            raise ValueError(f"dmax threshold must be <= settle ({self.settle}), got {self.threshold}")
+
+    def refuse_rule(self, rule: Any) -> str | None:
+        if rule is not None and not rule.adaptive:
+            return (f"policy 'dmax' runs a block until its tokens settle: a fixed-count rule ({rule.name!r}) has no "
+                    "count to follow here; give an adaptive rule or none")
+        if rule is not None and not rule.measure_overridable and rule.measure != self.measure:
+            return (f"policy 'dmax' weighs soft inputs by the top-1 probability; rule {rule.name!r} ranks by "
+                    f"{rule.measure!r}, whose thresholds are in other units")
+        return None
+
+    def refuse_cache(self, cache: Any) -> str | None:
+        if not cache.stateless:
+            return (f"policy 'dmax' feeds soft inputs that change every step at every decoded block position: "
+                    f"it runs without a cache here, got cache {cache.name!r}")
+        return None
+
+    def refuse_cfg(self, cfg_scale: float) -> str | None:
+        if cfg_scale != 0:
+            return f"policy 'dmax' has no classifier-free guidance (the published loop has none), got cfg_scale {cfg_scale}"
+        return None
+
+    def check_model(self, config: Any) -> None:
+        if getattr(config, "shift_logits", False):
+            raise ValueError(f"policy {self.name!r} rewrites a token from the prediction at its own position, which "
+                             "a model with shifted logits (Dream) does not make there: run it on a LLaDA-format model")
+
+    def init_state(self, batch: int, gen_length: int, block_length: int, device: torch.device) -> SoftState:
+        z = torch.zeros(batch, dtype=torch.long, device=device)
+        no = torch.zeros(batch, dtype=torch.bool, device=device)
+        grid = torch.zeros(batch, gen_length, dtype=torch.bool, device=device)
+        first = span_mask(z, z + block_length, gen_length)
+        return SoftState(block_length, gen_length // block_length, block=z, step_in_block=z.clone(), undecided=first,
+                         soft=grid, soft_prob=torch.zeros(batch, gen_length, device=device), settled=no,
+                         had_mask=no.clone())
+
+    def block(self, state: SoftState) -> tuple[torch.Tensor, torch.Tensor]:
+        return blocked_bounds(state)
+
+    def read(self, state: SoftState, read: torch.Tensor, masked: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+        return read | (state.undecided & active.unsqueeze(1))
+
+    def soft_inputs(self, state: SoftState, runner: Any, x: torch.Tensor, active: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """p·e(token) + (1 − p)·e(mask) at the soft positions, rescaled to the mix of the two norms."""
+        embed = getattr(runner.model, "embed", None)
+        if embed is None:
+            raise ValueError(f"policy 'dmax' feeds input embeddings: the model ({type(runner.model).__name__}) must "
+                             "expose its token embedding as .embed (our networks do)")
+        P = x.shape[1] - state.soft.shape[1]
+        where = torch.cat([state.soft.new_zeros(x.shape[0], P), state.soft & active.unsqueeze(1)], dim=1)
+        tokens = embed(x)
+        mask_vec = embed(torch.full_like(x[:1, :1], runner.mask_token_id))  # [1, 1, d]
+        p = torch.cat([state.soft_prob.new_zeros(x.shape[0], P), state.soft_prob], dim=1).unsqueeze(-1)
+        mixed = tokens * p + mask_vec * (1 - p)
+        target = tokens.norm(dim=-1, keepdim=True) * p + mask_vec.norm(dim=-1, keepdim=True) * (1 - p)
+        mixed = mixed * (target / (mixed.norm(dim=-1, keepdim=True) + 1e-6))
+        return where, mixed.to(tokens.dtype)
+
+    def decide(self, state: SoftState, ctx: StepContext, rule) -> tuple[torch.Tensor, torch.Tensor]:
+        cand, conf = ctx.candidates, ctx.confidence
+        state.had_mask = cand.any(dim=1)
+        if rule is not None:
+            return rule.commit(ctx), rule_tokens(rule, ctx)
+        low = cand & (conf < self.threshold)
+        before_low = cand & (low.long().cumsum(dim=1) == 0)
+        leftmost = cand & (cand.long().cumsum(dim=1) == 1)
+        commit = torch.where(before_low.any(dim=1, keepdim=True), before_low, leftmost)
+        return commit, ctx.prediction
+
+    def revise(self, state: SoftState, ctx: StepContext, answer: torch.Tensor, active: torch.Tensor,
+               mask_id: int) -> torch.Tensor:
+        """Every block token decoded before this step takes this step's argmax; the soft inputs of the next step."""
+        rows = active.unsqueeze(1)
+        undecided = state.undecided & rows
+        p, x0 = ctx.read_confidence, ctx.read_prediction
+        edit = undecided & ~ctx.masked & (x0 != answer)
+        committed = undecided & ctx.masked & (answer != mask_id)
+        answer.copy_(torch.where(edit, x0, answer))
+        decoded = undecided & (answer != mask_id)
+        state.settled = (~undecided | (p >= self.settle)).all(dim=1) | ~(edit | committed).any(dim=1)
+        state.soft = decoded
+        state.soft_prob = torch.where(decoded, p, 0).float()
+        return edit
+
+    def advance(self, state: SoftState, masked: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+        state.step_in_block += active.long()
+        done = active & (state.settled | (state.step_in_block >= state.block_length))
+        state.block += done.long()
+        state.step_in_block = torch.where(done, 0, state.step_in_block)
+        lo, hi = self.block(state)
+        fresh = span_mask(lo, hi, masked.shape[1]) & masked
+        state.undecided = torch.where(done.unsqueeze(1), fresh, state.undecided)
+        state.soft &= ~done.unsqueeze(1)
+        return state.block >= state.num_blocks
+
+
+# the published scripts' thresholds (czg1225/DMax dInfer/evaluations/eval_llada_dmax_math.sh 0.5, _code.sh 0.65),
+# each a conf/policy/dmax_<name>.yaml
+SOFT_PRESETS: dict[str, dict[str, Any]] = {
+    "math": {"threshold": 0.5, "settle": 0.9},
+    "code": {"threshold": 0.65, "settle": 0.9},
+}

@@ -1,0 +1,153 @@
+"""LLaDA2.1's editing decoder (ZHZisZZ/dllm ``pipelines/llada21/sampler.py``; SGLang's ``JointThreshold``): blocks
+that commit masks by a threshold (mask to token) and rewrite committed tokens whose prediction changed with a
+probability above an edit threshold (token to token), with edit-only steps after a block is full."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from dllm_bench.decoding.policies.base import PolicyBase, blocked_bounds, register, span_mask
+from dllm_bench.decoding.rules.base import StepContext, rule_tokens
+from dllm_bench.decoding.selectors import topk_commit_mask
+
+# where a block's loop checks its post-step cap: "dllm" before the forward (a block ends without one), "sglang"
+# after it (the forward that exceeds the cap is run and counted, and applies nothing)
+LOOPS = ("dllm", "sglang")
+
+
+@dataclass
+class EditState:
+    """Per-row progress of ``EditPolicy`` ([B] tensors) and what the step saw."""
+
+    block_length: int
+    num_blocks: int
+    block: torch.Tensor  # long: index of the current block
+    post_steps: torch.Tensor  # long: steps of the current block that began with no mask in it
+    had_mask: torch.Tensor  # bool: the step began with a mask in the block (set by ``decide``)
+    edited: torch.Tensor  # bool: the step rewrote a committed token (set by ``revise``)
+
+
+def _probability(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise ValueError(f"llada21 {name} must be a number in [0, 1], got {value!r}")
+
+
+@register
+@dataclass(frozen=True)
+class EditPolicy(PolicyBase):
+    """LLaDA2.1 joint-threshold decoding over blocks, with token-to-token edits.
+
+    Each step of a block: commit every masked block position whose top-1 probability is > ``threshold`` (the
+    ``min_commit`` most confident when fewer pass; or the configured rule's commit), and rewrite every token
+    committed before the step (never a prompt token) whose argmax now differs with probability >
+    ``edit_threshold``. A step that begins with the block full is a post step: the block ends after a post step
+    that edits nothing, or when its post steps exceed ``max_post_steps`` (``loop`` says where that cap is
+    checked; see ``LOOPS``).
+    """
+
+    threshold: float = 0.95
+    edit_threshold: float = 0.9
+    max_post_steps: int = 16
+    min_commit: int = 1
+    loop: str = "dllm"
+    name: ClassVar[str] = "llada21"
+    flavours: ClassVar[tuple[str, ...]] = ("llada",)
+    measure: ClassVar[str] = "top1_prob"
+
+    def check(self) -> None:
+        _probability("threshold", self.threshold)
+        _probability("edit_threshold", self.edit_threshold)
+        if isinstance(self.max_post_steps, bool) or not isinstance(self.max_post_steps, int) or self.max_post_steps < 0:
+            raise ValueError(f"llada21 max_post_steps must be an integer >= 0, got {self.max_post_steps!r}")
+        if isinstance(self.min_commit, bool) or not isinstance(self.min_commit, int) or self.min_commit < 1:
+            raise ValueError(f"llada21 min_commit must be an integer >= 1, got {self.min_commit!r}")
+        if self.loop not in LOOPS:
+            raise ValueError(f"llada21 loop must be one of {', '.join(LOOPS)}, got {self.loop!r}")
+
+    def refuse_rule(self, rule: Any) -> str | None:
+        if rule is not None and not rule.adaptive:
+            return (f"policy 'llada21' runs a block until it is full and its edits settle: a fixed-count rule "
+                    f"({rule.name!r}) has no count to follow here; give an adaptive rule or none")
+        if rule is not None and not rule.measure_overridable and rule.measure != self.measure:
+            return (f"policy 'llada21' edits by the top-1 probability; rule {rule.name!r} ranks by "
+                    f"{rule.measure!r}, whose thresholds are in other units")
+        return None
+
+    def refuse_cache(self, cache: Any) -> str | None:
+        if not cache.stateless:
+            return (f"policy 'llada21' recomputes the canvas every step (its published loops keep no cache of the "
+                    f"block it edits), got cache {cache.name!r}")
+        return None
+
+    def check_model(self, config: Any) -> None:
+        if getattr(config, "shift_logits", False):
+            raise ValueError(f"policy {self.name!r} rewrites a token from the prediction at its own position, which "
+                             "a model with shifted logits (Dream) does not make there: run it on a LLaDA-format model")
+
+    def init_state(self, batch: int, gen_length: int, block_length: int, device: torch.device) -> EditState:
+        z = torch.zeros(batch, dtype=torch.long, device=device)
+        no = torch.zeros(batch, dtype=torch.bool, device=device)
+        return EditState(block_length, gen_length // block_length, block=z, post_steps=z.clone(), had_mask=no,
+                         edited=no.clone())
+
+    def block(self, state: EditState) -> tuple[torch.Tensor, torch.Tensor]:
+        return blocked_bounds(state)
+
+    def read(self, state: EditState, read: torch.Tensor, masked: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+        lo, hi = self.block(state)
+        return read | (span_mask(lo, hi, masked.shape[1]) & ~masked & active.unsqueeze(1))
+
+    def decide(self, state: EditState, ctx: StepContext, rule) -> tuple[torch.Tensor, torch.Tensor]:
+        cand, conf = ctx.candidates, ctx.confidence
+        state.had_mask = cand.any(dim=1)
+        if rule is not None:
+            return rule.commit(ctx), rule_tokens(rule, ctx)
+        above = cand & (conf > self.threshold)
+        fallback = topk_commit_mask(conf, cand, cand.sum(dim=1).clamp(max=self.min_commit))
+        commit = torch.where((above.sum(dim=1) >= self.min_commit).unsqueeze(1), above, fallback)
+        return commit, ctx.prediction
+
+    def _capped(self, state: EditState) -> torch.Tensor:
+        """[B] bool: this step is the post step past the cap (SGLang's loop runs its forward and applies nothing)."""
+        post = state.post_steps + (~state.had_mask).long()
+        return (~state.had_mask) & (post > self.max_post_steps) if self.loop == "sglang" else torch.zeros_like(
+            state.had_mask)
+
+    def revise(self, state: EditState, ctx: StepContext, answer: torch.Tensor, active: torch.Tensor,
+               mask_id: int) -> torch.Tensor:
+        """Token to token: committed block tokens (before this step) whose argmax changed with p > edit_threshold."""
+        lo, hi = self.block(state)
+        editable = span_mask(lo, hi, answer.shape[1]) & ~ctx.masked & active.unsqueeze(1)
+        x0 = ctx.read_prediction
+        edit = editable & (ctx.read_confidence > self.edit_threshold) & (x0 != answer)
+        edit &= ~self._capped(state).unsqueeze(1)
+        answer.copy_(torch.where(edit, x0, answer))
+        state.edited = edit.any(dim=1)
+        return edit
+
+    def advance(self, state: EditState, masked: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+        capped = self._capped(state)
+        post = state.post_steps + (~state.had_mask & active).long()
+        lo, hi = self.block(state)
+        full = ~(masked & span_mask(lo, hi, masked.shape[1])).any(dim=1)
+        settled = ~state.had_mask & ~state.edited  # a post step that edited nothing
+        if self.loop == "sglang":
+            done = settled | capped
+        else:  # the next step would be a post step past the cap: the block ends before its forward
+            done = settled | (full & (post + 1 > self.max_post_steps))
+        done &= active
+        state.post_steps = torch.where(done, 0, post)
+        state.block += done.long()
+        return state.block >= state.num_blocks
+
+
+# the published parameterisations, each a conf/policy/llada21_<name>.yaml: the dllm sampler's defaults
+# (LLaDA21SamplerConfig) and SGLang's JointThreshold defaults (its algorithm_config: threshold 0.5, edit_threshold 0,
+# max_post_edit_steps 16)
+EDIT_PRESETS: dict[str, dict[str, Any]] = {
+    "dllm": {"threshold": 0.95, "edit_threshold": 0.9, "max_post_steps": 16, "min_commit": 1, "loop": "dllm"},
+    "sglang": {"threshold": 0.5, "edit_threshold": 0.0, "max_post_steps": 16, "min_commit": 1, "loop": "sglang"},
+}

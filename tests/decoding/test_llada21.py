@@ -1,0 +1,195 @@
+"""LLaDA2.1 editing (policy ``llada21``): goldens recorded by running ZHZisZZ/dllm's ``LLaDA21Sampler`` beside ours on
+a tiny random LLaDA2 checkpoint (``tests/fixtures/llada21_published.json``; how: its ``source`` field), the SGLang
+loop's post-step cap against a reference written here, accounting, bf16 and refusals."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from dllm_bench.decoding import DecodeSpec, Decoding, Sampling, build_cache, build_policy
+from dllm_bench.decoding.config import build_selector
+from dllm_bench.models import load_model
+from dllm_bench.models.tiny_blocks import make_random_block_checkpoint
+
+from .conftest import prompts_for
+from .machine_goldens import NEAR_TIE, decision_margin, same_machine
+from .published_goldens import PUZZLES, answer_hash
+from .spec_kwargs import spec_generate
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURE = "llada21_published.json"
+GOLDEN = json.loads((ROOT / "tests" / "fixtures" / FIXTURE).read_text())
+DEFAULT_PUZZLES = 6
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    path = make_random_block_checkpoint(tmp_path_factory.mktemp("llada21") / "llada2", "llada2", seed=GOLDEN["seed"],
+                                        init_std=GOLDEN["init_std"])
+    sd = load_file(str(path / "model.safetensors"))
+    h = hashlib.sha256()
+    for k in sorted(sd):
+        h.update(k.encode())
+        h.update(sd[k].contiguous().view(torch.uint8).numpy().tobytes())
+    assert h.hexdigest() == GOLDEN["weights_sha256"], "the tiny LLaDA2 weights changed: re-record the goldens"
+    return path
+
+
+def _prompts(model) -> dict[str, list[int]]:
+    """The fixture's prompts: the first ``prompt_length`` ids of each puzzle's text (a whole number of blocks)."""
+    rows = [json.loads(line) for line in PUZZLES.read_text().splitlines()]
+    n = GOLDEN["prompt_length"]
+    return {r["sample_id"]: model.tokenizer.encode(r["puzzle"], add_special_tokens=False)[:n] for r in rows}
+
+
+def _policy(setting: dict):
+    return build_policy("llada21", threshold=setting["threshold"], edit_threshold=setting["edit_threshold"],
+                        max_post_steps=setting["max_post_steps"], min_commit=setting["min_commit"])
+
+
+def _case(i: int, setting: dict, full: bool):
+    label = (f"{setting['dtype']}-t{setting['threshold']}-e{setting['edit_threshold']}-post{setting['max_post_steps']}"
+             f"-k{setting['min_commit']}")
+    return pytest.param(i, full, id=label + ("-all" if full else ""), marks=[pytest.mark.exhaustive] if full else [])
+
+
+@pytest.mark.parametrize(("index", "full"), [_case(i, s, f) for i, s in enumerate(GOLDEN["settings"])
+                                             for f in (False, True)])
+def test_llada21_decodes_as_the_published_sampler(checkpoint, index, full):
+    """Answer, forwards and edits per puzzle, the batch decoded at once (the published sampler runs each alone).
+    Off the recording machine only rows away from near-ties in their commit decisions are compared."""
+    setting = GOLDEN["settings"][index]
+    rows = setting["puzzles"] if full else setting["puzzles"][:DEFAULT_PUZZLES]
+    model = load_model(checkpoint, device="cpu", dtype=DTYPES[setting["dtype"]])
+    prompts = _prompts(model)
+    out = spec_generate(model, torch.tensor([prompts[sid] for sid, *_ in rows]), None,
+                        gen_length=GOLDEN["gen_length"], block_length=setting["block_length"],
+                        policy=_policy(setting), confidence_precision="float32", trace=True)
+    exact = same_machine(FIXTURE)
+    compared = 0
+    for b, (sid, digest, nfe, edits) in enumerate(rows):
+        if not exact and decision_margin(out.records[b].trace, setting["threshold"], probabilities=True) < NEAR_TIE:
+            continue
+        compared += 1
+        got = (answer_hash(out.tokens[b].tolist()), out.records[b].nfe, out.records[b].edits)
+        assert (sid, *got) == (sid, digest, nfe, edits)
+    assert compared >= len(rows) // 2
+
+
+def test_the_goldens_exercise_edits_and_the_post_step_cap():
+    """Every setting rewrites committed tokens in some puzzle, and some decode runs into its post-step cap (more
+    forwards than a block's masks and one settling step per block need)."""
+    for setting in GOLDEN["settings"]:
+        assert max(edits for *_, edits in setting["puzzles"]) > 0
+    blocks = GOLDEN["gen_length"] // 4
+    assert any(nfe > GOLDEN["gen_length"] + blocks for s in GOLDEN["settings"] for _, _, nfe, _ in s["puzzles"])
+
+
+def _sglang_reference(model, prompt: list[int], G: int, L: int, threshold: float, edit: float, cap: int
+                      ) -> tuple[list[int], int, int]:
+    """One row as SGLang's JointThreshold steps a block (per block: forward, then mask-to-token above threshold or
+    the top one, token-to-token edits above ``edit``; a step with no mask adds a post step, past ``cap`` the block
+    ends with that forward applying nothing; a step that changes nothing ends the block): ids, forwards, edits."""
+    mask_id = model.config.mask_token_id
+    P = len(prompt)
+    x = torch.tensor([prompt + [mask_id] * G])
+    nfe = edits = 0
+    for lo in range(P, P + G, L):
+        post = 0
+        while True:
+            with torch.no_grad():
+                logits = model(x)[0, lo:lo + L].float()
+            nfe += 1
+            probs = torch.softmax(logits, dim=-1)
+            choice = logits.clone()
+            choice[:, mask_id] = float("-inf")
+            x0 = choice.argmax(dim=-1)
+            p = probs.gather(1, x0[:, None])[:, 0]
+            block = x[0, lo:lo + L]
+            masked = block == mask_id
+            if masked.any():
+                conf = torch.where(masked, p, float("-inf"))
+                commit = conf > threshold
+                if not commit.any():
+                    commit[int(conf.argmax())] = True
+            else:
+                post += 1
+                if post > cap:
+                    break
+                commit = torch.zeros_like(masked)
+            change = ~masked & (p > edit) & (x0 != block)
+            if not (commit | change).any():
+                break
+            edits += int(change.sum())
+            x[0, lo:lo + L] = torch.where(commit | change, x0, block)
+    return x[0, P:].tolist(), nfe, edits
+
+
+@pytest.mark.parametrize(("threshold", "edit", "cap"), [(0.5, 0.0, 16), (0.5, 0.0, 2), (0.8, 0.4, 3)])
+def test_sglang_loop_steps_as_the_reference(checkpoint, threshold, edit, cap):
+    model = load_model(checkpoint, device="cpu")
+    prompts = [p[:8] for p in list(_prompts(model).values())[:4]]
+    policy = build_policy("llada21", threshold=threshold, edit_threshold=edit, max_post_steps=cap, loop="sglang")
+    out = spec_generate(model, torch.tensor(prompts), None, gen_length=12, block_length=4, policy=policy,
+                        confidence_precision="float32")
+    for b, prompt in enumerate(prompts):
+        want = _sglang_reference(model, prompt, 12, 4, threshold, edit, cap)
+        assert (out.tokens[b].tolist(), out.records[b].nfe, out.records[b].edits) == want
+
+
+def test_edits_are_counted_per_step_and_sample_on_the_tiny_llada():
+    """The committed tiny LLaDA (full attention), float32 and bf16: every answer position committed, the per-step
+    edit counts add up to the sample's."""
+    from .published_goldens import tiny_model
+
+    for dtype in (torch.float32, torch.bfloat16):
+        model = tiny_model("llada", dtype)
+        prompts = prompts_for(model, (10, 10), seed=2)
+        out = spec_generate(model, torch.tensor(prompts), None, gen_length=16, block_length=8,
+                            policy=build_policy("llada21", threshold=0.7, edit_threshold=0.5),
+                            confidence_precision="float32", trace=True)
+        assert (out.tokens != model.config.mask_token_id).all()
+        for rec in out.records:
+            assert sum(t.n_edited for t in rec.trace) == rec.edits
+
+
+def test_an_adaptive_rule_commits_the_masks(checkpoint):
+    model = load_model(checkpoint, device="cpu")
+    out = spec_generate(model, torch.tensor(prompts_for(model, (8,), seed=4)), None, gen_length=8, block_length=4,
+                        policy=build_policy("llada21"), selector=build_selector("threshold", tau=0.3),
+                        confidence_precision="float32")
+    assert (out.tokens != model.config.mask_token_id).all()
+
+
+@pytest.mark.parametrize(("cache", "rule", "needle"), [
+    ("prefix", None, "keep no cache"),
+    ("none", "topk", "fixed-count rule"),
+    ("none", "entropy_threshold", "other units"),
+])
+def test_refused_combinations(cache, rule, needle):
+    with pytest.raises(ValueError, match=needle):
+        DecodeSpec(Decoding(16, 8, build_policy("llada21"), build_selector(rule) if rule else None, build_cache(cache)),
+                   Sampling())
+
+
+@pytest.mark.parametrize(("params", "needle"), [({"threshold": 1.5}, "threshold must be"),
+                                                ({"max_post_steps": -1}, "max_post_steps"),
+                                                ({"min_commit": 0}, "min_commit"),
+                                                ({"loop": "vllm"}, "loop must be"),
+                                                ({"tau": 0.5}, "unknown")])
+def test_bad_parameters_are_refused(params, needle):
+    with pytest.raises(ValueError, match=needle):
+        build_policy("llada21", **params)
+
+
+def test_dream_models_are_refused(dream):
+    with pytest.raises(ValueError, match="shifted"):
+        spec_generate(dream, torch.tensor([prompts_for(dream, (5,))[0]]), None, gen_length=16, block_length=8,
+                      policy=build_policy("llada21"))
