@@ -118,7 +118,7 @@ def test_batch_decodes_as_each_row_alone(llada2):
 def test_an_adaptive_rule_commits_the_masks(llada2):
     prompts = prompts_for(llada2, (8,), seed=4)
     out = spec_generate(llada2, torch.tensor(prompts), None, gen_length=16, block_length=4,
-                        policy=build_policy("dmax"), selector=build_selector("threshold", tau=0.3),
+                        policy=build_policy("dmax"), selector=build_selector("threshold", threshold=0.3),
                         confidence_precision="float32")
     assert (out.tokens != llada2.config.mask_token_id).all()
 

@@ -163,7 +163,7 @@ def test_edits_are_counted_per_step_and_sample_on_the_tiny_llada():
 def test_an_adaptive_rule_commits_the_masks(checkpoint):
     model = load_model(checkpoint, device="cpu")
     out = spec_generate(model, torch.tensor(prompts_for(model, (8,), seed=4)), None, gen_length=8, block_length=4,
-                        policy=build_policy("llada21"), selector=build_selector("threshold", tau=0.3),
+                        policy=build_policy("llada21"), selector=build_selector("threshold", threshold=0.3),
                         confidence_precision="float32")
     assert (out.tokens != model.config.mask_token_id).all()
 
