@@ -68,6 +68,12 @@ def base_of(directory: str | Path, cfg: dict[str, Any]) -> str:
     return str(local.resolve()) if base.startswith(".") or local.is_dir() else base
 
 
+def checkpoint_of(name_or_path: str | Path) -> str:
+    """The full checkpoint behind a model path: an adapter directory's base, anything else as given."""
+    path = Path(str(name_or_path)).expanduser()
+    return base_of(path, read_adapter_config(path)) if is_adapter_dir(path) else str(name_or_path)
+
+
 def scaling(cfg: dict[str, Any]) -> float:
     """PEFT's LoRA scale: alpha / r, or alpha / sqrt(r) with rsLoRA."""
     r, alpha = int(cfg["r"]), float(cfg["lora_alpha"])

@@ -38,7 +38,7 @@ class CommittedBlocksCache(CacheBase):
 
     def session(self, canvas: Canvas) -> CommittedBlocksSession:
         config = getattr(canvas.model, "config", None)
-        if getattr(config, "attention", "full") != "block_causal":
+        if config is not None and getattr(config, "attention", "full") != "block_causal":
             raise ValueError(f"cache {self.name!r} keeps a block's K/V only under block-causal attention; this model "
                              "attends fully (use cache none)")
         return CommittedBlocksSession(canvas)
@@ -54,14 +54,12 @@ class CommittedBlocksSession:
 
     def forwards(self, view: HostView, rows: StepRows, ids: torch.Tensor) -> Iterator[Forward]:
         P = self.canvas.prompt_length
-        if view.limit is None:
-            raise RuntimeError("cache 'committed_blocks' needs a policy with a canvas limit (the blocks it has added)")
         if self.held is not None and self.held != view.rows:
             keep = [i for i, r in enumerate(self.held) if r in view.rows]
             self.storage.keep_rows(torch.tensor(keep, dtype=torch.long, device=rows.rows.device))
         self.held = list(view.rows)
         start = self.storage.committed
-        end = P + max(view.limit[r] for r in view.rows)
+        end = self.canvas.length if view.limit is None else P + max(view.limit[r] for r in view.rows)
         final = P + min(view.block_lo[r] for r in view.rows)  # every row has finished what comes before
         if final > start:
             self.storage.commit_next(final - start)
