@@ -119,7 +119,7 @@ def generate(
     x = torch.cat([input_ids, torch.full((B, G), mask_id, dtype=input_ids.dtype, device=device)], dim=1)
     full_mask = torch.cat([attention_mask, torch.ones((B, G), dtype=attention_mask.dtype, device=device)], dim=1)
     runner = ForwardRunner(model, cache, P, full_mask, model_kwargs, cfg_scale, mask_id, padded=padded,
-                           dropout=policy.dropout(G, seed, B, device))
+                           dropout=policy.dropout(G, seed, B, device), block_length=block_length)
     state = policy.init_state(B, G, block_length, device)
     if cache.holds_full_blocks:  # the cache's published batch loop: rows leave a block together
         policy.hold_blocks(state)

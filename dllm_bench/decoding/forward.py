@@ -35,6 +35,20 @@ class ForwardResult:
     at: tuple[torch.Tensor, torch.Tensor] | None = None  # (index into rows [n], answer position [n]), batch order
 
 
+def anchored_grid_kwargs(model: Callable, prompt_real: torch.Tensor, block_length: int | None) -> dict:
+    """What every forward of a block-causal model on an anchored grid needs: where each row's blocks start (its real
+    prompt's end) and, where the model leaves it to the decoder (D2F), the block size: the decode's block length."""
+    config = getattr(model, "config", None)
+    if getattr(config, "attention", "full") != "block_causal" or getattr(config, "block_grid", None) != "anchored":
+        return {}
+    kwargs: dict = {"block_anchor": prompt_real}
+    if getattr(config, "block_size", 0) <= 0:
+        if block_length is None:
+            raise ValueError("this model's anchored blocks are the decoder's: the decode needs a block length")
+        kwargs["block_size"] = block_length
+    return kwargs
+
+
 def take_rows(value, rows: torch.Tensor, batch: int):
     """``value`` restricted to ``rows`` when it is a tensor whose first dimension is the batch."""
     if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == batch:
@@ -55,7 +69,7 @@ class ForwardRunner:
 
     def __init__(self, model: Callable, cache: Cache, prompt_length: int, attention_mask: torch.Tensor,
                  model_kwargs: dict | None, cfg_scale: float, mask_token_id: int, padded: bool = True,
-                 dropout: SuffixSampler | None = None):
+                 dropout: SuffixSampler | None = None, block_length: int | None = None):
         self.model = model
         self.cache = cache
         self.P = prompt_length
@@ -66,6 +80,7 @@ class ForwardRunner:
         self.cfg_scale = cfg_scale
         self.mask_token_id = mask_token_id
         self.prompt_real = attention_mask[:, :prompt_length].sum(dim=1).long()  # real prompt ids per row
+        self.model_kwargs = {**self.model_kwargs, **anchored_grid_kwargs(model, self.prompt_real, block_length)}
         # Dream's shifted logits: a span starting inside the canvas also computes the position before it
         self.shift = int(bool(getattr(getattr(model, "config", None), "shift_logits", False)))
         # our networks can run the LM head on the candidates only, or on their window (a large saving at a

@@ -158,13 +158,16 @@ def checkpoint_fingerprint(name_or_path: str | Path, whole_bytes: int = 32 << 20
     Results are keyed by it, so retrained or damaged weights never reuse runs made with the old ones.
     """
     from .file_digest import file_sha256
+    from .lora import ADAPTER_CONFIG, checkpoint_of, is_adapter_dir
 
     directory = Path(name_or_path).expanduser()
     if not directory.is_dir():
         return None
     digest = hashlib.sha256()
+    if is_adapter_dir(directory):  # a PEFT adapter: its files and its base's fingerprint
+        digest.update(f"base={checkpoint_fingerprint(checkpoint_of(directory), whole_bytes)}:".encode())
     for f in sorted(directory.iterdir()):
-        if f.name != "config.json" and f.suffix not in (".safetensors", ".bin", ".pt"):
+        if f.name not in ("config.json", ADAPTER_CONFIG) and f.suffix not in (".safetensors", ".bin", ".pt"):
             continue
         size = f.stat().st_size
         digest.update(f"{f.name}:{size}:".encode())

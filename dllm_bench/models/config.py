@@ -84,7 +84,8 @@ class ModelConfig:
             raise ModelConfigError(f"attention {self.attention!r} is not supported; allowed: {ATTENTIONS}")
         if self.block_grid not in BLOCK_GRIDS:
             raise ModelConfigError(f"block_grid {self.block_grid!r} is not supported; allowed: {BLOCK_GRIDS}")
-        if self.attention == "block_causal" and self.block_size <= 0:
+        if self.attention == "block_causal" and self.block_size <= 0 and self.block_grid != "anchored":
+            # an anchored grid may leave it to each forward (D2F: the decoder's block length)
             raise ModelConfigError(f"block-causal attention needs a positive block_size, got {self.block_size}")
         if self.n_heads % self.n_kv_heads:
             raise ModelConfigError(f"n_heads {self.n_heads} is not divisible by n_kv_heads {self.n_kv_heads}")

@@ -27,6 +27,7 @@ from .checkpoint import (  # noqa: F401  (re-exported: the loading API)
     validate_tensors,
 )
 from .config import ModelConfig
+from .lora import base_of, is_adapter_dir, merge_adapter, read_adapter_config
 from .moe import MoEConfig, MoEDiffusionLM, is_moe_config
 from .network import DiffusionLM
 
@@ -53,6 +54,8 @@ def load_model(
     instruct: bool | None = None,
     revision: str | None = None,
     rope_full_precision: bool | None = None,
+    attention: str | None = None,
+    block_grid: str | None = None,
 ) -> DiffusionLM:
     """Build the network from ``config.json`` and load its safetensors (bf16 on GPU, fp32 on CPU by default).
 
@@ -62,7 +65,16 @@ def load_model(
     checkpoint (LLaDA: its config key, default True; Dream and LLaDA-MoE: the model dtype), which gives its
     logits bit for bit on the CPU (tests/models/test_published_logits.py); on a GPU, where cuBLAS picks kernels by
     shape, only agreement to rounding is claimed.
+
+    A PEFT LoRA adapter directory (``adapter_config.json``, no ``config.json``; D2F) loads its base checkpoint
+    (``base_model_name_or_path``) with the adapter merged (:mod:`.lora`). ``attention`` / ``block_grid`` override
+    the config's block-diffusion switches (:mod:`.blocks`; D2F runs LLaDA / Dream block-causal on an anchored grid,
+    its blocks as long as the decoder's).
     """
+    adapter = None
+    if is_adapter_dir(Path(str(name_or_path)).expanduser()):
+        adapter = Path(str(name_or_path)).expanduser()
+        name_or_path = base_of(adapter, read_adapter_config(adapter))
     directory = resolve_checkpoint_dir(name_or_path, revision)
     raw = read_config(directory)
     if is_llada_v_config(raw):
@@ -78,6 +90,8 @@ def load_model(
         config.is_instruct = instruct
     if rope_full_precision is not None:
         config.rope_full_precision = bool(rope_full_precision)
+    if attention is not None or block_grid is not None:
+        config = _with_blocks(config, attention, block_grid)
     found = None
     if device.type != "meta":
         found = checkpoint_tensors(directory)
@@ -91,5 +105,15 @@ def load_model(
         return model.to(dtype)
     validate_tensors(model, found)
     state = _read_tensors(found, device, dtype)
+    if adapter is not None:
+        state = merge_adapter(state, adapter, str(name_or_path))
     model.load_state_dict(state, strict=True, assign=True)
     return model.eval()
+
+
+def _with_blocks(config: ModelConfig, attention: str | None, block_grid: str | None) -> ModelConfig:
+    """``config`` with its attention topology / block grid replaced (checked as a config's own values are)."""
+    import dataclasses
+
+    changes = {k: v for k, v in (("attention", attention), ("block_grid", block_grid)) if v is not None}
+    return dataclasses.replace(config, **changes)

@@ -239,6 +239,7 @@ class DiffusionLM(nn.Module):
         query_key_mask: torch.Tensor | None = None,
         block_anchor: torch.Tensor | int | None = None,
         raw_logits: bool = False,
+        block_size: int | None = None,
     ) -> torch.Tensor:
         """Logits [B, T, V] for ``input_ids`` [B, T] placed at canvas positions ``[start, start + T)``.
 
@@ -251,7 +252,8 @@ class DiffusionLM(nn.Module):
         ``query_positions`` [B, T] (ascending per row, a filled cache holding the rest): ``input_ids`` are the
         tokens at those canvas positions, one set per row, instead of a span (see :meth:`_forward_at`).
         ``block_anchor`` ([B] or int, position-id units): where generated blocks start under an anchored block grid
-        (the prompt's length; see :mod:`.blocks`); block-causal attention comes from the config.
+        (the prompt's length; see :mod:`.blocks`); block-causal attention comes from the config, the block size
+        too unless ``block_size`` gives it (an anchored grid whose blocks are the decoder's, D2F).
         ``raw_logits``: a shifted model's logits at i from its own state i (its prediction of token i + 1, as its
         model file returns them), not shifted back; no position before the span is run.
         """
@@ -263,7 +265,7 @@ class DiffusionLM(nn.Module):
             if raw_logits:
                 raise ValueError("raw_logits is a span forward's option, not query_positions'")
             return self._forward_at(input_ids, query_positions, attention_mask, position_ids, cache, embed_override,
-                                    logits_range, logits_at, block_anchor)
+                                    logits_range, logits_at, block_anchor, block_size)
         b, t = input_ids.shape
         s = self._canvas_length(t, start, attention_mask, cache)
         if start < 0 or start + t > s:
@@ -283,7 +285,7 @@ class DiffusionLM(nn.Module):
         cos, sin = self._rope_tables(position_ids, arange)
         ctx = LayerContext(cos=cos, sin=sin, key_mask=attention_mask, start=q_lo, length=start + t - q_lo,
                            pair_mask=None if query_key_mask is None else query_key_mask.to(input_ids.device).bool(),
-                           key_blocks=self._key_blocks(position_ids, block_anchor))
+                           key_blocks=self._key_blocks(position_ids, block_anchor, block_size))
 
         h = self.embed(input_ids)
         if embed_override is not None:
@@ -331,7 +333,7 @@ class DiffusionLM(nn.Module):
 
     def _forward_at(self, input_ids: torch.Tensor, query: torch.Tensor, attention_mask: torch.Tensor | None,
                     position_ids: torch.Tensor | None, cache: Any, embed_override, logits_range, logits_at,
-                    block_anchor: torch.Tensor | int | None = None) -> torch.Tensor:
+                    block_anchor: torch.Tensor | int | None = None, block_size: int | None = None) -> torch.Tensor:
         """A forward whose queries are per-row canvas positions ``query`` [B, Q] (ascending in each row).
 
         Keys and values of the other positions come from ``cache``. Logits: at ``logits_at`` pairs ([n, V]; each
@@ -355,7 +357,7 @@ class DiffusionLM(nn.Module):
             position_ids = torch.arange(s, device=input_ids.device).expand(b, s)
         cos, sin = self._rope_tables(position_ids, arange)
         ctx = LayerContext(cos=cos, sin=sin, key_mask=attention_mask, start=0, length=t, index=query,
-                           key_blocks=self._key_blocks(position_ids, block_anchor))
+                           key_blocks=self._key_blocks(position_ids, block_anchor, block_size))
         h = self.embed(input_ids)
         if embed_override is not None:
             where, embeds = embed_override
@@ -384,14 +386,19 @@ class DiffusionLM(nn.Module):
         out = self.head(h[rows, column])
         return out if logits_at is not None else out.view(b, t, -1)
 
-    def _key_blocks(self, position_ids: torch.Tensor, block_anchor: torch.Tensor | int | None) -> torch.Tensor | None:
+    def _key_blocks(self, position_ids: torch.Tensor, block_anchor: torch.Tensor | int | None,
+                    block_size: int | None = None) -> torch.Tensor | None:
         """Block ids [B, S] of the canvas under block-causal attention (None: full attention)."""
         cfg = self.config
         if cfg.attention == "full":
-            if block_anchor is not None:
-                raise ValueError("block_anchor is for block-causal attention; this model attends fully")
+            if block_anchor is not None or block_size is not None:
+                raise ValueError("block_anchor and block_size are for block-causal attention; this model attends fully")
             return None
-        return block_ids(position_ids, cfg.block_size, cfg.block_grid, block_anchor)
+        size = cfg.block_size if block_size is None else block_size
+        if size <= 0:
+            raise ValueError(f"{cfg.name_or_path or 'this model'} has no block size of its own (an anchored grid of the "
+                             "decoder's blocks): give block_size to the forward")
+        return block_ids(position_ids, size, cfg.block_grid, block_anchor)
 
     def _rope_tables(self, position_ids: torch.Tensor, arange: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """cos/sin for ``position_ids`` in the rotation's dtype (float32 with ``rope_full_precision``, else the

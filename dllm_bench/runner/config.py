@@ -112,6 +112,9 @@ def compute_run_id(cfg: DictConfig | dict, identity: dict[str, Any] | None = Non
         model["device"] = "cuda"  # which GPU of a machine a run lands on does not change its outputs
     if isinstance(model, dict) and model.get("rope_full_precision", None) is None:
         model.pop("rope_full_precision", None)  # the default (as published) hashes as before the key existed
+    for key in ("attention", "block_grid"):  # likewise the block-diffusion switches (None: the checkpoint's)
+        if isinstance(model, dict) and model.get(key, None) is None:
+            model.pop(key, None)
     task = data.get("task")
     scoring = task.pop("scoring", "lm_eval") if isinstance(task, dict) else "lm_eval"
     if scoring != "lm_eval" and isinstance(task, dict):

@@ -32,11 +32,13 @@ def resolve_device(requested: str | None, ctx: DistContext) -> str:
 
 
 def load_cached_model(name_or_path: str, dtype: str | None, device: str,
-                      rope_full_precision: bool | None = None) -> Any:
-    """`load_model` memoised per (path, dtype, device, rope_full_precision)."""
-    key = (name_or_path, dtype, device, rope_full_precision)
+                      rope_full_precision: bool | None = None, attention: str | None = None,
+                      block_grid: str | None = None) -> Any:
+    """`load_model` memoised per (path, dtype, device, rope_full_precision, attention, block_grid)."""
+    key = (name_or_path, dtype, device, rope_full_precision, attention, block_grid)
     if key not in _MODELS:
-        _MODELS[key] = load_model(name_or_path, dtype=dtype, device=device, rope_full_precision=rope_full_precision)
+        _MODELS[key] = load_model(name_or_path, dtype=dtype, device=device, rope_full_precision=rope_full_precision,
+                                  attention=attention, block_grid=block_grid)
     return _MODELS[key]
 
 
@@ -80,7 +82,8 @@ class DecodingEngine(Engine):
     def __init__(self, run: RunConfig, ctx: DistContext):
         m = run.model
         self.device = resolve_device(m.device, ctx)
-        self.model = load_cached_model(str(m.name_or_path), m.dtype, self.device, m.rope_full_precision)
+        self.model = load_cached_model(str(m.name_or_path), m.dtype, self.device, m.rope_full_precision, m.attention,
+                                       m.block_grid)
         self.tokenizer = self.model.tokenizer
         if self.tokenizer is None:  # a hub checkpoint without one (a local one is refused by validation)
             raise FileNotFoundError(f"model {m.name_or_path!r} has no tokenizer.json beside its weights; a run "

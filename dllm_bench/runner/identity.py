@@ -11,6 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from dllm_bench.models.lora import checkpoint_of
 from dllm_bench.runner.config import PACKAGE_DIR
 from dllm_bench.runner.run_config import RunConfig
 from dllm_bench.tasks import Task
@@ -80,7 +81,7 @@ def data_digest(task: Task, docs: list[dict]) -> str:
 
 def tokenizer_digest(name_or_path: str) -> str | None:
     """Digest of a local checkpoint's tokenizer and generation files (None for a hub id)."""
-    directory = Path(str(name_or_path)).expanduser()
+    directory = Path(checkpoint_of(name_or_path)).expanduser()  # an adapter's: its base's
     if not directory.is_dir():
         return None
     digest = hashlib.sha256()

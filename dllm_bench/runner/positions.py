@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from dllm_bench.models.loading import load_tokenizer, parse_config
+from dllm_bench.models.lora import checkpoint_of
 from dllm_bench.runner.errors import ConfigError
 from dllm_bench.runner.run_config import RunConfig
 from dllm_bench.tasks import Task
@@ -26,8 +27,8 @@ def positions_key(raw: dict[str, Any]) -> str:
 def model_positions(name_or_path: str) -> tuple[int, str] | None:
     """(positions, where they were read) of a local checkpoint's config.json; None for a hub id or a config that
     validation refuses anyway."""
-    path = Path(name_or_path) / "config.json"
     try:
+        path = Path(checkpoint_of(name_or_path)) / "config.json"
         raw = json.loads(path.read_text())
         return parse_config(raw, name_or_path=name_or_path).max_sequence_length, f"config.json {positions_key(raw)}"
     except (OSError, ValueError):
@@ -54,6 +55,7 @@ def check_prompts_fit(run: RunConfig, task: Task, docs: list[dict], selected: li
     checkpoint; an image task's prompt grows by the image's tokens inside the model, so only its answer is judged)."""
     directory = Path(str(run.model.name_or_path))
     found = model_positions(str(directory))
+    directory = Path(checkpoint_of(directory)) if found is not None else directory  # an adapter's base holds them
     if task.needs_images or found is None:
         return
     positions, where = found

@@ -53,6 +53,8 @@ class ModelSettings:
     dtype: str | None = None
     device: str | None = None
     rope_full_precision: bool | None = None  # None = as the published model code (see load_model)
+    attention: str | None = None  # block diffusion's switches (models/blocks.py); None = the checkpoint's
+    block_grid: str | None = None
 
 
 BACKENDS = ("local", "sglang", "openai")

@@ -18,8 +18,10 @@ import torch
 from omegaconf import DictConfig
 
 from dllm_bench.decoding.config import CACHES, POLICIES, POLICY_CLASSES, SELECTORS, builder_parameters
+from dllm_bench.models.blocks import ATTENTIONS, BLOCK_GRIDS
 from dllm_bench.models.config import MODEL_TYPES, ModelConfigError
 from dllm_bench.models.loading import parse_config
+from dllm_bench.models.lora import AdapterError, checkpoint_of, is_adapter_dir
 from dllm_bench.runner.bounds import DECODING_BOUNDS, field_bounds, non_finite, out_of_bounds
 from dllm_bench.runner.components import NO_RULE, build_spec
 from dllm_bench.runner.config import to_container
@@ -227,11 +229,18 @@ def _validate_model(model: dict[str, Any]) -> None:
     _choice("model.flavour", model.get("flavour"), FLAVOURS)
     _choice("model.dtype", model.get("dtype"), DTYPES)
     _choice("model.rope_full_precision", model.get("rope_full_precision"), (None, True, False))
+    _choice("model.attention", model.get("attention"), (None, *ATTENTIONS))
+    _choice("model.block_grid", model.get("block_grid"), (None, *BLOCK_GRIDS))
     forbidden = model.get("forbidden_tokens") or []
     if not isinstance(forbidden, list) or not all(isinstance(t, str) and t for t in forbidden):
         _fail("model.forbidden_tokens", forbidden, "a list of token strings (looked up in the model's tokenizer)")
     _check_device(model.get("device"))
     path = str(model.get("name_or_path"))
+    if is_adapter_dir(path):  # a PEFT adapter (D2F): its base checkpoint is what the checks below read
+        try:
+            path = checkpoint_of(path)
+        except AdapterError as e:
+            raise ConfigError(f"model.name_or_path={model.get('name_or_path')!r}: {e}") from None
     local = Path(path)
     if local.exists():
         if not local.is_dir() or not os.access(local / "config.json", os.R_OK):

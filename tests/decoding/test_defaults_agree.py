@@ -11,6 +11,7 @@ import yaml
 from dllm_bench.decoding.config import CACHES, POLICY_CLASSES
 from dllm_bench.decoding.policies import EDIT_PRESETS, SLOWFAST_PRESETS, SOFT_PRESETS
 from dllm_bench.decoding.policies.block_diffusion import PRESETS as BLOCK_DIFFUSION_PRESETS
+from dllm_bench.decoding.policies.pipeline import PIPELINE_PRESETS
 from dllm_bench.runner.config import CONF_DIR
 
 pytestmark = pytest.mark.fast  # the inner loop: make test-fast
@@ -40,7 +41,14 @@ def test_yaml_equals_the_dataclass_defaults(path):
         expected.update(EDIT_PRESETS[path.stem.removeprefix("llada21_")])
     if name == "dmax":
         expected.update(SOFT_PRESETS[path.stem.removeprefix("dmax_")])
+    if name == "pipeline":
+        expected.update(PIPELINE_PRESETS[path.stem.removeprefix("pipeline_")])
     assert data == expected
+
+
+def test_every_pipeline_preset_has_its_file():
+    assert sorted(p.stem for p in (CONF_DIR / "policy").glob("pipeline_*.yaml")) == \
+        sorted(f"pipeline_{name}" for name in PIPELINE_PRESETS)
 
 
 def test_every_slowfast_preset_has_its_file():

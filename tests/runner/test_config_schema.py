@@ -113,6 +113,8 @@ SWITCHES = [
         ("suffix_window", 8), ("max_sd", 3.0), ("scale", 2.3), ("early_termination", False), ("rng", "global")]],
     (["policy=dpad", "rule=topk", "policy.steps=12"], "policy.steps", 24, 0),  # topk needs steps: 12 -> 24
     (["policy=wino"], "policy.threshold", 0.5, 0),
+    *[(["policy=pipeline_d2f_llada"], f"policy.{k}", v, 0) for k, v in [
+        ("block_add_threshold", 0.3), ("decoded_token_threshold", 0.8), ("threshold", 0.8), ("variant", "d3llm")]],
     (["policy=wino"], "policy.threshold_back", 0.95, 0),
     (["rule=klass"], "rule.threshold", 0.9, 1),
     (["rule=klass"], "rule.kl_threshold", 0.01, 1),

@@ -36,9 +36,11 @@ class CommittedBlockCache:
         self.committed = 0
         self.open_width = 0
         self._next: str | None = None  # "commit" or "open": what the next forward does besides reading
+        self._width: int | None = None  # positions of the next commit (None: its whole span)
         self._mode = "read"
         self._span = (0, 0)
         self._read_only = 0
+        self._commit_end = 0
 
     @property
     def length(self) -> int:
@@ -50,10 +52,14 @@ class CommittedBlockCache:
         """Without an open block a forward's canvas ends where its span ends (DiffusionLM._canvas_length)."""
         return self.open_width == 0
 
-    def commit_next(self) -> None:
+    def commit_next(self, width: int | None = None) -> None:
         """The next forward (from the committed end; over the whole open block if one is open) appends its span's
-        K/V and tokens to the committed prefix, and closes the open block."""
-        self._next = "commit"
+        K/V and tokens to the committed prefix, and closes the open block; ``width``: only its first ``width``
+        positions (D2F: the finished blocks at the front of a forward that also runs the open ones)."""
+        if width is not None and (width < 1 or self.open_width):
+            raise RuntimeError(f"a partial commit needs width >= 1 and no open block, got width {width} "
+                               f"(open width {self.open_width})")
+        self._next, self._width = "commit", width
 
     def open_block(self) -> None:
         """The next forward (from the committed end) stores its span's K/V as the open block, uncommitted."""
@@ -75,6 +81,9 @@ class CommittedBlockCache:
         if self.ids is not None and input_ids.shape[0] != self.ids.shape[0]:
             raise RuntimeError(f"cache holds {self.ids.shape[0]} rows; forward has {input_ids.shape[0]}")
         action, self._next = self._next, None
+        width, self._width = self._width, None
+        if width is not None and width > hi - lo:
+            raise RuntimeError(f"a commit of {width} positions needs a span at least that long, got [{lo}, {hi})")
         whole_open = lo == self.committed and hi == self.length
         if self.open_width and action != "open" and not (action == "commit" and not whole_open):
             ok = self.committed <= lo and hi <= self.length and canvas_length == self.length
@@ -88,17 +97,20 @@ class CommittedBlockCache:
                                f"got [{lo}, {hi}) on a canvas of {canvas_length}" +
                                (" (a commit covers the whole open block)" if action == "commit" else ""))
         fresh = input_ids[:, read_only:]
+        kept_width = hi - lo if width is None or mode != "commit" else width
         if mode == "dual":
             self.ids[:, lo:hi] = fresh
         elif mode in ("commit", "open"):
             kept = None if self.ids is None else self.ids[:, : self.committed]
+            fresh = fresh[:, :kept_width]
             self.ids = fresh.clone() if kept is None else torch.cat([kept, fresh], dim=1)
             if mode == "commit":
-                self.committed, self.open_width = hi, 0
+                self.committed, self.open_width = lo + kept_width, 0
                 self.open_keys, self.open_values = [], []
             else:
                 self.open_width = hi - lo
         self._mode, self._span, self._read_only = mode, (lo - self.committed, hi - self.committed), read_only
+        self._commit_end = self.committed  # after a commit: the committed prefix the merge keeps
 
     def run_layer(self, i: int, block: Block, h: torch.Tensor, ctx: LayerContext) -> torch.Tensor:
         return block(h, ctx, kv_update=lambda k, v: self._merge(i, k, v))
@@ -117,11 +129,12 @@ class CommittedBlockCache:
             k = torch.cat([self.keys[i], k], dim=2)
             v = torch.cat([self.values[i], v], dim=2)
         if self._mode == "commit":
+            kept_k, kept_v = k[:, :, : self._commit_end], v[:, :, : self._commit_end]
             if i < len(self.keys):
-                self.keys[i], self.values[i] = k, v
+                self.keys[i], self.values[i] = kept_k, kept_v
             else:
-                self.keys.append(k)
-                self.values.append(v)
+                self.keys.append(kept_k)
+                self.values.append(kept_v)
         return k, v
 
     def keep_rows(self, rows: torch.Tensor) -> None:
