@@ -53,8 +53,9 @@ def settings(gen: int, block: int) -> dict[str, Exercise]:
 SETTINGS = settings(64, 16)  # the labels (a label's setting depends on gen and block only by its lengths)
 
 
-def tiny_model(flavour: str):
-    return load_model(CHECKPOINTS / f"tiny_{flavour}", device="cpu", dtype="float32")
+def tiny_model(flavour: str, switches: tuple[tuple[str, str], ...] = ()):
+    """The tiny checkpoint of ``flavour``, run with an exercise's model switches (a block-causal cache's)."""
+    return load_model(CHECKPOINTS / f"tiny_{flavour}", device="cpu", dtype="float32", **dict(switches))
 
 
 def sudoku_prompts(model, batch: int) -> torch.Tensor:
@@ -108,7 +109,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     for setting in args.settings:
         exercise = settings(args.gen, args.block)[setting]
         flavour, limit = exercise.flavour, budget(exercise)
-        model = models.get(flavour) or models.setdefault(flavour, tiny_model(flavour))
+        key = (flavour, exercise.model_switches)
+        model = models.get(key) or models.setdefault(key, tiny_model(flavour, exercise.model_switches))
         for batch in args.batches:
             res = count(model, sudoku_prompts(model, batch), decode_spec(setting, args.gen, args.block),
                         accelerator=not args.cpu_path)

@@ -190,6 +190,7 @@ class Exercise:
     label: str  # policy/rule/cache options, then @flavour
     setting: Setting
     flavour: str
+    model_switches: tuple[tuple[str, str], ...] = ()  # load_model's switches the cache needs (CacheBase.model_switches)
 
 
 def exercises(gen_length: int = 24, block_length: int = 8, conf_dir: Path | None = None) -> list[Exercise]:
@@ -218,5 +219,6 @@ def exercises(gen_length: int = 24, block_length: int = 8, conf_dir: Path | None
     for setting, flavour_list in found:
         for flavour in flavour_list:
             label = f"{setting.policy}/{setting.rule}/{setting.cache}@{flavour}"
-            out.setdefault((label, flavour), Exercise(label, setting, flavour))
+            switches = CACHES[option_name("cache", setting.cache, conf_dir)].model_switches
+            out.setdefault((label, flavour), Exercise(label, setting, flavour, tuple(sorted(switches.items()))))
     return list(out.values())

@@ -69,8 +69,8 @@ FAST = {("llada", "threshold", "none"), ("llada", "frechet", "dual"), ("llada", 
 
 
 @cache
-def _model(flavour: str):
-    return load_model(CHECKPOINTS / f"tiny_{flavour}", device="cpu", dtype=torch.bfloat16)
+def _model(flavour: str, switches: tuple[tuple[str, str], ...] = ()):
+    return load_model(CHECKPOINTS / f"tiny_{flavour}", device="cpu", dtype=torch.bfloat16, **dict(switches))
 
 
 @cache
@@ -138,7 +138,7 @@ def test_bf16_decode_batched_equals_alone(flavour: str, name: str, cache_name: s
 def test_bf16_each_method_decodes_batched_as_alone(label: str) -> None:
     exercise = EXERCISES[label]
     spec = DecodeSpec(exercise.setting.decoding(), Sampling(confidence_precision=PRECISION[exercise.flavour]))
-    model = _model(exercise.flavour)
+    model = _model(exercise.flavour, exercise.model_switches)
 
     def decode(rows: slice):
         ids = _prompts(exercise.flavour, 2)[rows]

@@ -1,4 +1,4 @@
-"""One source of defaults: the builders' dataclasses (and SLOWFAST_PRESETS, block_diffusion's PRESETS); every conf/cache and conf/policy
+"""One source of defaults: the builders' dataclasses (and a policy's ``presets``); every conf/cache and conf/policy
 file must say exactly what they say, so `build_cache("dllm")` and `cache=dllm` decode alike."""
 
 from __future__ import annotations
@@ -9,9 +9,6 @@ import pytest
 import yaml
 
 from dllm_bench.decoding.config import CACHES, POLICY_CLASSES
-from dllm_bench.decoding.policies import EDIT_PRESETS, SLOWFAST_PRESETS, SOFT_PRESETS
-from dllm_bench.decoding.policies.block_diffusion import PRESETS as BLOCK_DIFFUSION_PRESETS
-from dllm_bench.decoding.policies.pipeline import PIPELINE_PRESETS
 from dllm_bench.runner.config import CONF_DIR
 
 pytestmark = pytest.mark.fast  # the inner loop: make test-fast
@@ -33,40 +30,19 @@ def test_yaml_equals_the_dataclass_defaults(path):
     expected = dataclass_defaults(cls)
     if path.parent.name == "cache" and path.stem != name:  # a preset: its own values over the defaults
         expected.update({k: v for k, v in data.items() if k in expected})
-    if name == "slowfast":
-        expected.update(SLOWFAST_PRESETS[path.stem.removeprefix("slowfast_")])
-    if name == "block_diffusion" and path.stem != name:
-        expected.update(BLOCK_DIFFUSION_PRESETS[path.stem])
-    if name == "llada21":
-        expected.update(EDIT_PRESETS[path.stem.removeprefix("llada21_")])
-    if name == "dmax":
-        expected.update(SOFT_PRESETS[path.stem.removeprefix("dmax_")])
-    if name == "pipeline":
-        expected.update(PIPELINE_PRESETS[path.stem.removeprefix("pipeline_")])
+    if path.parent.name == "policy" and (path.stem != name or cls.default_preset):
+        preset = preset_of(path, name) or cls.default_preset
+        assert preset in cls.presets, f"{path.name}: {preset!r} is not one of policy {name}'s presets"
+        expected.update(cls.presets[preset])
     assert data == expected
 
 
-def test_every_pipeline_preset_has_its_file():
-    assert sorted(p.stem for p in (CONF_DIR / "policy").glob("pipeline_*.yaml")) == \
-        sorted(f"pipeline_{name}" for name in PIPELINE_PRESETS)
+def preset_of(path, name: str) -> str | None:
+    """The preset a conf/policy file carries: ``<policy>_<preset>.yaml`` or ``<preset>.yaml``; None for ``<policy>.yaml``."""
+    return None if path.stem == name else path.stem.removeprefix(f"{name}_")
 
 
-def test_every_slowfast_preset_has_its_file():
-    assert sorted(p.stem for p in (CONF_DIR / "policy").glob("slowfast_*.yaml")) == \
-        sorted(f"slowfast_{name}" for name in SLOWFAST_PRESETS)
-
-
-def test_every_block_diffusion_preset_has_its_file():
-    named = {p.stem for p in (CONF_DIR / "policy").glob("*.yaml")
-             if yaml.safe_load(p.read_text())["name"] == "block_diffusion"}
-    assert named == {"block_diffusion", *BLOCK_DIFFUSION_PRESETS}
-
-
-def test_every_llada21_preset_has_its_file():
-    assert sorted(p.stem for p in (CONF_DIR / "policy").glob("llada21_*.yaml")) == \
-        sorted(f"llada21_{name}" for name in EDIT_PRESETS)
-
-
-def test_every_dmax_preset_has_its_file():
-    assert sorted(p.stem for p in (CONF_DIR / "policy").glob("dmax_*.yaml")) == \
-        sorted(f"dmax_{name}" for name in SOFT_PRESETS)
+@pytest.mark.parametrize("name", sorted(n for n, cls in POLICY_CLASSES.items() if cls.presets))
+def test_every_preset_has_its_file(name):
+    files = [p for p in (CONF_DIR / "policy").glob("*.yaml") if yaml.safe_load(p.read_text())["name"] == name]
+    assert {preset_of(p, name) for p in files} - {None} == set(POLICY_CLASSES[name].presets)

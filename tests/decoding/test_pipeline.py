@@ -52,9 +52,10 @@ def _load(name: str, dtype: torch.dtype, attention: str | None, grid: str | None
 
 
 def _spec(method: str, setting: dict, cache: str, trace: bool = False) -> DecodeSpec:
-    variant = GOLDEN["methods"][method]["variant"]
-    policy = build_policy("pipeline", variant=variant, block_add_threshold=setting["block_add_threshold"],
-                          decoded_token_threshold=setting["decoded_token_threshold"], threshold=setting["threshold"])
+    variant = GOLDEN["methods"][method]["variant"]  # the fixture's recorded names: its threshold is d3LLM's entropy
+    commit = {"threshold": setting["threshold"]} if variant == "d2f" else {"max_entropy": setting["threshold"]}
+    policy = build_policy("pipeline", method=variant, block_add_threshold=setting["block_add_threshold"],
+                          decoded_token_threshold=setting["decoded_token_threshold"], **commit)
     return DecodeSpec(Decoding(GOLDEN["gen_length"], setting["block_length"], policy, None, build_cache(cache),
                                early_stop=False),
                       Sampling(confidence_precision=GOLDEN["methods"][method]["precision"]), Accounting(trace=trace))
@@ -166,8 +167,8 @@ def test_eos_stops_adding_blocks_and_fills_the_rest():
 
 
 def test_refusals_name_the_value():
-    with pytest.raises(ValueError, match="variant 'x'"):
-        build_policy("pipeline", variant="x")
+    with pytest.raises(ValueError, match="method 'x'"):
+        build_policy("pipeline", method="x")
     with pytest.raises(ValueError, match="block_add_threshold must be in"):
         build_policy("pipeline", block_add_threshold=1.5)
     with pytest.raises(ValueError, match="preset 'nope'"):
@@ -186,6 +187,6 @@ def test_refusals_name_the_value():
 
 
 def test_presets_expand_under_given_values():
-    assert build_policy("pipeline", preset="d3llm_llada").variant == "d3llm"
-    assert build_policy("pipeline", preset="d3llm_llada", threshold=0.2).threshold == 0.2
+    assert build_policy("pipeline", preset="d3llm_llada").method == "d3llm"
+    assert build_policy("pipeline", preset="d3llm_llada", max_entropy=0.2).max_entropy == 0.2
     assert build_policy("pipeline", preset="d2f_dream").block_add_threshold == 0.1

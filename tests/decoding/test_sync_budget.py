@@ -21,8 +21,8 @@ def counting(load_script):
 
 
 @cache
-def _model(counting, flavour):
-    return counting.tiny_model(flavour)
+def _model(counting, flavour, switches=()):
+    return counting.tiny_model(flavour, switches)
 
 
 def _settings():
@@ -34,7 +34,7 @@ def _settings():
 @pytest.mark.parametrize("setting", _settings())
 def test_batch_1_stays_within_the_sync_budget_with_the_cpu_path_tokens(counting, setting):
     exercise = counting.settings(GEN, BLOCK)[setting]
-    model = _model(counting, exercise.flavour)
+    model = _model(counting, exercise.flavour, exercise.model_switches)
     prompts = counting.sudoku_prompts(model, 1)
     spec = counting.decode_spec(setting, GEN, BLOCK)
     counted = counting.count(model, prompts, spec)

@@ -114,7 +114,13 @@ SWITCHES = [
     (["policy=dpad", "rule=topk", "policy.steps=12"], "policy.steps", 24, 0),  # topk needs steps: 12 -> 24
     (["policy=wino"], "policy.threshold", 0.5, 0),
     *[(["policy=pipeline_d2f_llada"], f"policy.{k}", v, 0) for k, v in [
-        ("block_add_threshold", 0.3), ("decoded_token_threshold", 0.8), ("threshold", 0.8), ("variant", "d3llm")]],
+        ("block_add_threshold", 0.3), ("decoded_token_threshold", 0.8), ("threshold", 0.8), ("max_entropy", 0.2),
+        ("method", "d3llm")]],
+    *[(["policy=llada21_dllm"], f"policy.{k}", v, 0) for k, v in [
+        ("threshold", 0.8), ("edit_threshold", 0.7), ("max_post_steps", 4), ("min_commit", 2), ("loop", "sglang")]],
+    *[(["policy=dmax_math"], f"policy.{k}", v, 0) for k, v in [("threshold", 0.7), ("settle", 0.8)]],
+    *[(["policy=fast_dllm_v2"], f"policy.{k}", v, 0) for k, v in [
+        ("sub_block", 4), ("steps", 8), ("threshold", 0.5), ("kv_cache", "none")]],
     (["policy=wino"], "policy.threshold_back", 0.95, 0),
     (["rule=klass"], "rule.threshold", 0.9, 1),
     (["rule=klass"], "rule.kl_threshold", 0.01, 1),

@@ -140,6 +140,8 @@ class CacheBase:
     shorter_canvas: ClassVar[bool] = False
     stores: ClassVar[tuple[str, ...]] = ("k", "v")
     flavours: ClassVar[tuple[str, ...]] = ("llada", "dream")
+    # the model switches (load_model's attention, block_grid) a model must run with for it; {} = any model
+    model_switches: ClassVar[dict[str, str]] = {}
     # host reads per decoding step at batch 1 it stays within (scripts/count_syncs.py, tests/decoding/test_sync_budget.py)
     sync_budget: ClassVar[int] = 3
 

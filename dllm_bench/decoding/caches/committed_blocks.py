@@ -30,6 +30,8 @@ class CommittedBlocksCache(CacheBase):
 
     name: ClassVar[str] = "committed_blocks"
     shorter_canvas: ClassVar[bool] = True
+    model_switches: ClassVar[dict[str, str]] = {"attention": "block_causal", "block_grid": "anchored"}
+    sync_budget: ClassVar[int] = 4  # it reads each step's committed end and forward span (scripts/count_syncs.py: 10 in 3)
 
     def check_combination(self, *, policy, selector, gen_length: int, block_length: int) -> None:
         if policy.name not in GROWING_POLICIES:
@@ -38,7 +40,7 @@ class CommittedBlocksCache(CacheBase):
 
     def session(self, canvas: Canvas) -> CommittedBlocksSession:
         config = getattr(canvas.model, "config", None)
-        if config is not None and getattr(config, "attention", "full") != "block_causal":
+        if config is not None and getattr(config, "attention", "full") != self.model_switches["attention"]:
             raise ValueError(f"cache {self.name!r} keeps a block's K/V only under block-causal attention; this model "
                              "attends fully (use cache none)")
         return CommittedBlocksSession(canvas)

@@ -20,7 +20,7 @@ accepts: its parameters (``check``), the rules, caches, lengths and guidance it 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
@@ -144,10 +144,21 @@ class PolicyBase:
     def __post_init__(self) -> None:
         self.check()
 
+    # published settings as changes to the dataclass's defaults, by name; conf/policy/<policy>_<preset>.yaml (or
+    # <preset>.yaml) carries each, and tests/decoding/test_defaults_agree.py keeps them equal
+    presets: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+    default_preset: ClassVar[str | None] = None  # expanded when the builder names none
+
     @classmethod
     def prepare(cls, params: dict[str, Any]) -> dict[str, Any]:
-        """The builder's keyword arguments as the dataclass's parameters (a preset expanded); unchanged here."""
-        return params
+        """The builder's keyword arguments as the dataclass's parameters: ``preset`` (or ``default_preset``)
+        expanded, its values under the given ones."""
+        preset = params.pop("preset", cls.default_preset)
+        if preset is None:
+            return params
+        if preset not in cls.presets:
+            raise ValueError(f"{cls.name} preset {preset!r} is not one of {sorted(cls.presets) or 'none'}")
+        return {**cls.presets[preset], **params}
 
     def check(self) -> None:
         return None

@@ -19,6 +19,7 @@ the k most confident (SDAR's ``low_confidence_dynamic``, LLaDA2.0's threshold wi
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -71,6 +72,7 @@ class BlockDiffusionPolicy(PolicyBase):
     threshold: float = 0.9
     kv_cache: str = "committed"
     name: ClassVar[str] = "block_diffusion"
+    presets: ClassVar[Mapping[str, Mapping[str, Any]]] = PRESETS
     sync_budget: ClassVar[int] = 4  # the engine's 3 and the candidates' count for the LM head
     blocks_from_answer: ClassVar[bool] = False
 

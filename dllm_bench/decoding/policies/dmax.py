@@ -4,6 +4,7 @@ inputs, a mix of the token's and the mask's embeddings by the token's probabilit
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -33,6 +34,14 @@ def _unit(name: str, value: Any) -> None:
         raise ValueError(f"dmax {name} must be a number in [0, 1], got {value!r}")
 
 
+# the published scripts' thresholds (czg1225/DMax dInfer/evaluations/eval_llada_dmax_math.sh 0.5, _code.sh 0.65),
+# each a conf/policy/dmax_<name>.yaml
+SOFT_PRESETS: dict[str, dict[str, Any]] = {
+    "math": {"threshold": 0.5, "settle": 0.9},
+    "code": {"threshold": 0.65, "settle": 0.9},
+}
+
+
 @register
 @dataclass(frozen=True)
 class SoftPolicy(PolicyBase):
@@ -49,6 +58,7 @@ class SoftPolicy(PolicyBase):
     threshold: float = 0.5
     settle: float = 0.9
     name: ClassVar[str] = "dmax"
+    presets: ClassVar[Mapping[str, Mapping[str, Any]]] = SOFT_PRESETS
     flavours: ClassVar[tuple[str, ...]] = ("llada",)
     measure: ClassVar[str] = "top1_prob"
 
@@ -151,11 +161,3 @@ class SoftPolicy(PolicyBase):
         state.undecided = torch.where(done.unsqueeze(1), fresh, state.undecided)
         state.soft &= ~done.unsqueeze(1)
         return state.block >= state.num_blocks
-
-
-# the published scripts' thresholds (czg1225/DMax dInfer/evaluations/eval_llada_dmax_math.sh 0.5, _code.sh 0.65),
-# each a conf/policy/dmax_<name>.yaml
-SOFT_PRESETS: dict[str, dict[str, Any]] = {
-    "math": {"threshold": 0.5, "settle": 0.9},
-    "code": {"threshold": 0.65, "settle": 0.9},
-}

@@ -4,6 +4,7 @@ probability above an edit threshold (token to token), with edit-only steps after
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -35,6 +36,15 @@ def _probability(name: str, value: Any) -> None:
         raise ValueError(f"llada21 {name} must be a number in [0, 1], got {value!r}")
 
 
+# the published parameterisations, each a conf/policy/llada21_<name>.yaml: the dllm sampler's defaults
+# (LLaDA21SamplerConfig) and SGLang's JointThreshold defaults (its algorithm_config: threshold 0.5, edit_threshold 0,
+# max_post_edit_steps 16)
+EDIT_PRESETS: dict[str, dict[str, Any]] = {
+    "dllm": {"threshold": 0.95, "edit_threshold": 0.9, "max_post_steps": 16, "min_commit": 1, "loop": "dllm"},
+    "sglang": {"threshold": 0.5, "edit_threshold": 0.0, "max_post_steps": 16, "min_commit": 1, "loop": "sglang"},
+}
+
+
 @register
 @dataclass(frozen=True)
 class EditPolicy(PolicyBase):
@@ -54,6 +64,7 @@ class EditPolicy(PolicyBase):
     min_commit: int = 1
     loop: str = "dllm"
     name: ClassVar[str] = "llada21"
+    presets: ClassVar[Mapping[str, Mapping[str, Any]]] = EDIT_PRESETS
     flavours: ClassVar[tuple[str, ...]] = ("llada",)
     measure: ClassVar[str] = "top1_prob"
 
@@ -142,12 +153,3 @@ class EditPolicy(PolicyBase):
         state.post_steps = torch.where(done, 0, post)
         state.block += done.long()
         return state.block >= state.num_blocks
-
-
-# the published parameterisations, each a conf/policy/llada21_<name>.yaml: the dllm sampler's defaults
-# (LLaDA21SamplerConfig) and SGLang's JointThreshold defaults (its algorithm_config: threshold 0.5, edit_threshold 0,
-# max_post_edit_steps 16)
-EDIT_PRESETS: dict[str, dict[str, Any]] = {
-    "dllm": {"threshold": 0.95, "edit_threshold": 0.9, "max_post_steps": 16, "min_commit": 1, "loop": "dllm"},
-    "sglang": {"threshold": 0.5, "edit_threshold": 0.0, "max_post_steps": 16, "min_commit": 1, "loop": "sglang"},
-}

@@ -5,7 +5,7 @@ A row's answer is a sequence of blocks of ``block_length``. The first is added a
 next is added once the last one's decoded fraction reaches ``block_add_threshold`` (D2F: never again once an EOS
 was committed). A block becomes *fully activated* once its predecessor's decoded fraction reaches
 ``decoded_token_threshold`` (the first at once: the prompt counts as decoded); the others are *semi-activated*.
-Every added block's masked positions are candidates of each step; what is committed depends on ``variant``:
+Every added block's masked positions are candidates of each step; what is committed depends on ``method``:
 
 - ``d2f``: per block, every candidate whose top-1 probability exceeds ``threshold`` (D2F's skip threshold); a fully
   activated block where none does commits its most confident one. The network sees the added blocks only (canvas
@@ -21,6 +21,7 @@ positions never added are returned as the stop id). Presets: ``PIPELINE_PRESETS`
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -29,7 +30,7 @@ import torch
 from dllm_bench.decoding.policies.base import PolicyBase, register
 from dllm_bench.decoding.rules.base import StepContext
 
-VARIANTS = ("d2f", "d3llm")
+METHODS = ("d2f", "d3llm")
 # published settings as changes to PipelinePolicy's defaults (D2F-LLaDA's GSM8K row); conf/policy/pipeline_<preset>.yaml
 # must agree (tests/decoding/test_defaults_agree.py)
 PIPELINE_PRESETS = {
@@ -38,9 +39,9 @@ PIPELINE_PRESETS = {
     # D2F-eval/eval_dream.sh (gsm8k_cot; block 32, gen 256)
     "d2f_dream": dict(block_add_threshold=0.1),
     # hao-ai-lab/d3LLM chat/chat_d3llm_llada.py (block 32): entropy threshold 0.5
-    "d3llm_llada": dict(variant="d3llm", threshold=0.5, block_add_threshold=0.1),
+    "d3llm_llada": dict(method="d3llm", block_add_threshold=0.1),
     # d3LLM's Dream settings: entropy threshold 0.4
-    "d3llm_dream": dict(variant="d3llm", threshold=0.4, block_add_threshold=0.1),
+    "d3llm_dream": dict(method="d3llm", max_entropy=0.4, block_add_threshold=0.1),
 }
 
 
@@ -59,47 +60,43 @@ class PipelineState:
 @register
 @dataclass(frozen=True)
 class PipelinePolicy(PolicyBase):
-    """D2F's and d3LLM's pipelines of blocks (module docstring); ``threshold`` is the commit threshold of the variant
-    (D2F: top-1 probability, exceeded; d3LLM: entropy, not exceeded)."""
+    """D2F's and d3LLM's pipelines of blocks (module docstring); ``method`` says whose commit rule runs: D2F's top-1
+    probability above ``threshold``, or d3LLM's entropy at most ``max_entropy`` (nats)."""
 
-    variant: str = "d2f"
+    method: str = "d2f"
     block_add_threshold: float = 0.7
     decoded_token_threshold: float = 0.95
     threshold: float = 0.9
+    max_entropy: float = 0.5
     name: ClassVar[str] = "pipeline"
+    presets: ClassVar[Mapping[str, Mapping[str, Any]]] = PIPELINE_PRESETS
+    default_preset: ClassVar[str | None] = "d2f_llada"
 
-    @classmethod
-    def prepare(cls, params: dict[str, Any]) -> dict[str, Any]:
-        """``preset`` (default ``d2f_llada``) expanded: its values under the given ones."""
-        preset = params.pop("preset", "d2f_llada")
-        if preset not in PIPELINE_PRESETS:
-            raise ValueError(f"pipeline preset {preset!r} is not one of {sorted(PIPELINE_PRESETS)}")
-        return {**PIPELINE_PRESETS[preset], **params}
 
     @property
     def measure(self) -> str:
-        return "top1_prob" if self.variant == "d2f" else "neg_entropy"
+        return "top1_prob" if self.method == "d2f" else "neg_entropy"
 
     def check(self) -> None:
-        if self.variant not in VARIANTS:
-            raise ValueError(f"pipeline variant {self.variant!r} is not one of {VARIANTS}")
+        if self.method not in METHODS:
+            raise ValueError(f"pipeline method {self.method!r} is not one of {METHODS}")
         for key in ("block_add_threshold", "decoded_token_threshold"):
             value = getattr(self, key)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"pipeline {key} must be in [0, 1], got {value}")
-        if self.variant == "d2f" and not 0.0 <= self.threshold <= 1.0:
-            raise ValueError(f"pipeline threshold (d2f: a top-1 probability) must be in [0, 1], got {self.threshold}")
-        if self.variant == "d3llm" and self.threshold < 0.0:
-            raise ValueError(f"pipeline threshold (d3llm: an entropy) must be >= 0, got {self.threshold}")
+        if not 0.0 <= self.threshold <= 1.0:
+            raise ValueError(f"pipeline threshold (a top-1 probability) must be in [0, 1], got {self.threshold}")
+        if self.max_entropy < 0.0:
+            raise ValueError(f"pipeline max_entropy (nats) must be >= 0, got {self.max_entropy}")
 
     def refuse_rule(self, rule: Any) -> str | None:
         if rule is not None:
-            return (f"policy {self.name!r} commits by its own per-block threshold and forced token (variant "
-                    f"{self.variant!r}); rule {rule.name!r} has no place in it: use rule none")
+            return (f"policy {self.name!r} commits by its own per-block threshold and forced token (method "
+                    f"{self.method!r}); rule {rule.name!r} has no place in it: use rule none")
         return None
 
     def ends_rows_early(self) -> str | None:
-        return "an EOS (D2F adds no block after one)" if self.variant == "d2f" else None
+        return "an EOS (D2F adds no block after one)" if self.method == "d2f" else None
 
     def init_state(self, batch: int, gen_length: int, block_length: int, device: torch.device) -> PipelineState:
         num_blocks = gen_length // block_length
@@ -115,18 +112,18 @@ class PipelinePolicy(PolicyBase):
         return state.first_open * state.block_length, state.added * state.block_length
 
     def canvas_limit(self, state: PipelineState) -> torch.Tensor | None:
-        return state.added * state.block_length if self.variant == "d2f" else None
+        return state.added * state.block_length if self.method == "d2f" else None
 
     def decide(self, state: PipelineState, ctx: StepContext, rule) -> tuple[torch.Tensor, torch.Tensor]:
         B, G = ctx.candidates.shape
         NB, L = state.num_blocks, state.block_length
         cand = ctx.candidates.view(B, NB, L)
         conf = ctx.confidence.view(B, NB, L)
-        if self.variant == "d2f":
+        if self.method == "d2f":
             commit = cand & (conf > self.threshold)
             forced = state.activated & cand.any(-1) & ~commit.any(-1)  # each fully activated block with none above
         else:
-            commit = cand & (conf >= -self.threshold)  # entropy <= threshold
+            commit = cand & (conf >= -self.max_entropy)  # entropy <= max_entropy
             flat_best = ctx.confidence.argmax(dim=1)  # the least entropic candidate of the row, always committed
             best = torch.zeros_like(ctx.candidates).scatter_(1, flat_best.unsqueeze(1), True) & ctx.candidates
             commit |= best.view(B, NB, L)
@@ -148,7 +145,7 @@ class PipelinePolicy(PolicyBase):
         state.first_open = torch.where(active, torch.cumprod(done.long(), dim=1).sum(dim=1), state.first_open)
         last = progress.gather(1, (state.added - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
         grow = active & (state.added < NB) & (last >= self.block_add_threshold)
-        if self.variant == "d2f":
+        if self.method == "d2f":
             grow &= ~state.eos
         state.added = state.added + grow.long()
         added = index < state.added.unsqueeze(1)
@@ -158,6 +155,6 @@ class PipelinePolicy(PolicyBase):
 
     def finished(self, state: PipelineState, answer: torch.Tensor, masked: torch.Tensor, active: torch.Tensor,
                  stop_id: int | None) -> torch.Tensor:
-        if self.variant == "d2f" and stop_id is not None:
+        if self.method == "d2f" and stop_id is not None:
             state.eos |= ((answer == stop_id) & ~masked).any(dim=1) & active
         return self.advance(state, masked, active)

@@ -3,6 +3,7 @@ fast phase commits the span; presets ``code`` (the defaults), ``paper`` and ``dr
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -68,15 +69,10 @@ class SlowFastPolicy(PolicyBase):
     flavour: str = "llada"
     truncate_fast: bool = False
     name: ClassVar[str] = "slowfast"
+    presets: ClassVar[Mapping[str, Mapping[str, Any]]] = SLOWFAST_PRESETS
+    default_preset: ClassVar[str | None] = "code"
     sync_budget: ClassVar[int] = 5  # its phases read more than the engine (scripts/count_syncs.py measures it)
 
-    @classmethod
-    def prepare(cls, params: dict[str, Any]) -> dict[str, Any]:
-        """``preset`` (default ``code``) expanded: its values under the given ones."""
-        preset = params.pop("preset", "code")
-        if preset not in SLOWFAST_PRESETS:
-            raise ValueError(f"slowfast preset {preset!r} is not one of {sorted(SLOWFAST_PRESETS)}")
-        return {**SLOWFAST_PRESETS[preset], **params}
 
     def check(self) -> None:
         if self.explore_steps < 1 or self.stability_window < 1:
@@ -105,7 +101,8 @@ class SlowFastPolicy(PolicyBase):
 
     def refuse_cache(self, cache: Any) -> str | None:
         if self.truncate_fast and not cache.shorter_canvas:
-            allowed = " or ".join(repr(n) for n, cls in CACHES.items() if cls.shorter_canvas and not cls.stateless)
+            allowed = " or ".join(repr(n) for n, cls in CACHES.items() if cls.shorter_canvas and not cls.stateless
+                                and not cls.model_switches)  # a block-causal model's cache: not SlowFast's models
             return (f"slowfast truncate_fast (published fast phase) runs without a cache or with {allowed}, got "
                     f"{cache.name!r}")
         return None
