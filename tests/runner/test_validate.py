@@ -68,7 +68,7 @@ def test_unknown_rule_name_lists_known_names(llada_overrides):
     (["+selectr=frechet"], r"selectr='frechet' is not allowed: unknown key at the top level; allowed: .*block_length.*rule"),
     (["+steps=24"], r"steps=24 is not allowed: unknown key at the top level"),
     (["+compat.factor_rule=code"], r"compat=\{'factor_rule': 'code'\} is not allowed: unknown key at the top level"),
-    (["+model.revision=main"], r"model.revision='main' is not allowed: unknown key in group 'model'; allowed: chat, device"),
+    (["+model.revision=main"], r"model.revision='main' is not allowed: unknown key in group 'model'; allowed: attention, block_grid, chat, device"),
     (["+task.shots=3"], r"task.shots=3 is not allowed: unknown key for task 'sudoku'; allowed: .*num_fewshot"),
     (["+cache.layer0_always=false"], r"cache.layer0_always=False is not allowed: unknown key for cache 'none'; allowed: name$"),
     (["cache=prefix", "+cache.verify_ratio=0.5"],

@@ -216,7 +216,11 @@ class BlockDiffusionPolicy(PolicyBase):
         sub_read[:, end - P:] = False
         if self.kv_cache == "none":
             at = sub_read.nonzero(as_tuple=True)  # the step's one read: how many rows the LM head runs on
-            logits = model(inp[:, :end], attention_mask=None if mask is None else mask[:, :end],
+            # a row whose block ends before the batch's furthest sees no key past it (as alone; a full-attention
+            # model would otherwise attend to the masks of the later blocks it has not reached)
+            ends = torch.tensor([P + view.block_hi[r] for r in view.rows], device=inp.device)
+            keys = (torch.arange(end, device=inp.device).unsqueeze(0) < ends.unsqueeze(1)).long()
+            logits = model(inp[:, :end], attention_mask=keys if mask is None else mask[:, :end] * keys,
                            logits_at=(at[0], at[1] + P))
             counted = runner.prompt_real.index_select(0, rows) + (end - P)
             return [ForwardResult(rows, logits, 0, False, counted, at)]
