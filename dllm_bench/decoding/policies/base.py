@@ -42,6 +42,13 @@ def blocked_bounds(state: Any) -> tuple[torch.Tensor, torch.Tensor]:
     return lo, lo + state.block_length
 
 
+def refuse_shifted_logits(policy: str, config: Any) -> None:
+    """A policy that rewrites a token from the prediction at its own position needs unshifted logits (LLaDA's)."""
+    if getattr(config, "shift_logits", False):
+        raise ValueError(f"policy {policy!r} rewrites a token from the prediction at its own position, which "
+                         "a model with shifted logits (Dream) does not make there: run it on a LLaDA-format model")
+
+
 def is_positive_int(value: Any) -> bool:
     """An integer >= 1 (a bool is none)."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1

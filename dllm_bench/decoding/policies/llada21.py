@@ -10,7 +10,13 @@ from typing import Any, ClassVar
 
 import torch
 
-from dllm_bench.decoding.policies.base import PolicyBase, blocked_bounds, register, span_mask
+from dllm_bench.decoding.policies.base import (
+    PolicyBase,
+    blocked_bounds,
+    refuse_shifted_logits,
+    register,
+    span_mask,
+)
 from dllm_bench.decoding.rules.base import StepContext, rule_tokens
 from dllm_bench.decoding.selectors import topk_commit_mask
 
@@ -94,9 +100,7 @@ class EditPolicy(PolicyBase):
         return None
 
     def check_model(self, config: Any) -> None:
-        if getattr(config, "shift_logits", False):
-            raise ValueError(f"policy {self.name!r} rewrites a token from the prediction at its own position, which "
-                             "a model with shifted logits (Dream) does not make there: run it on a LLaDA-format model")
+        refuse_shifted_logits(self.name, config)
 
     def init_state(self, batch: int, gen_length: int, block_length: int, device: torch.device) -> EditState:
         z = torch.zeros(batch, dtype=torch.long, device=device)
