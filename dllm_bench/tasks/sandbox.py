@@ -312,16 +312,22 @@ def _python_roots(site_packages: bool) -> list[str]:
     return sorted({r for r in roots if not (r == "/usr" or r.startswith("/usr/"))})
 
 
+SYSTEM_TOPS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  # merged-/usr links, or folders bound as they are
+
+
+def _bound_folders(roots: list[str]) -> list[str]:
+    """Every host folder the read-only view binds: /usr, the system tops that are folders, and `roots`."""
+    return ["/usr", *[t for t in SYSTEM_TOPS if not os.path.islink(t) and os.path.isdir(t)], *roots]
+
+
 def _root_view(roots: list[str], restore_modes: bool) -> list[str]:
     """bwrap options for the read-only host view: /usr, its merged-/usr links, and `roots` at their paths."""
-    opts = ["--ro-bind", "/usr", "/usr"]
-    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+    opts = []
+    for top in SYSTEM_TOPS:
         if os.path.islink(top):
             opts += ["--symlink", os.readlink(top), top]
-        elif os.path.isdir(top):
-            opts += ["--ro-bind", top, top]
-    for root in roots:
-        opts += ["--ro-bind", root, root]
+    for folder in _bound_folders(roots):
+        opts += ["--ro-bind", folder, folder]
     if restore_modes:  # bwrap copies the modes of a source's parents (/root is 0700): make them traversable
         parents = {str(p) for r in roots for p in Path(r).parents if str(p) != "/"}
         for parent in sorted(parents, key=len):
@@ -361,8 +367,9 @@ def _sandbox_argv(host_uid: int | None, site_packages: bool, work_mb: int, info_
     two = two_bwrap_path(host_uid, site_packages)
     # /tmp is the work dir's link; where a bound root lies under /tmp (a clone there), a writable tmpfs of its own
     # holds the binds instead (a link there would hide them, the read-only root would refuse the writes)
-    tmp_first = any(r == "/tmp" or r.startswith("/tmp/") for r in roots)
-    hidden = [] if package_data or not site_packages else package_data_files(os.path.realpath(sys.prefix))
+    tmp_first = any(_under(r, "/tmp") for r in roots)
+    hidden = [] if package_data or not site_packages else _in_view(package_data_files(os.path.realpath(sys.prefix)),
+                                                                   roots)
     inner = [
         bwrap, "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
         "--unshare-cgroup-try", *_optional_flags(bwrap), "--die-with-parent", "--new-session",
@@ -388,6 +395,19 @@ def _sandbox_argv(host_uid: int | None, site_packages: bool, work_mb: int, info_
         *_root_view(roots, restore_modes=True), "--bind", "/proc", "/proc", "--dev", "/dev", "--die-with-parent", *([] if info_fd is None else ["--info-fd", str(info_fd)]),
         "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", *drop, *inner,
     ]
+
+
+def _under(path: str, folder: str) -> bool:
+    """Is `path` the folder or inside it (by name)?"""
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _in_view(paths: tuple[str, ...], roots: list[str]) -> list[str]:
+    """The `paths` that lie in the view (under a bound folder): only those need hiding. A bind over a path outside
+    the view would make bwrap create its folders in the sandbox's root: under /tmp (a venv there, not bound on the
+    one-bwrap path's system interpreter) they kept /tmp from becoming the work dir's link ("Can't make symlink at
+    /tmp: File exists"), elsewhere they were empty folders naming the venv's layout."""
+    return [p for p in paths if any(_under(p, r) for r in _bound_folders(roots))]
 
 
 @lru_cache(maxsize=4)

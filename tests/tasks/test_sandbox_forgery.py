@@ -203,6 +203,31 @@ def test_tmp_is_writable_when_a_bound_root_lies_under_tmp(tmp_path, monkeypatch,
     assert not (clone / "by_program").exists() and not os.path.exists("/tmp/by_program")
 
 
+TMP_BODY = "    open('/tmp/scratch', 'w').write('x')\n    assert open('/tmp/scratch').read() == 'x'\n"
+
+
+@pytest.mark.parametrize("venv", ["where_it_is", "under_tmp"])
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("path", ["two_bwrap", "one_bwrap"])
+def test_an_honest_completion_writing_tmp_passes_in_both_modes(tmp_path, monkeypatch, use_bwrap_path, fixtures_dir,
+                                                                 path, mode, venv):
+    """Through `Task.score_many` with each mode's own limits (paper: the venv's packages, no hook): a canonical
+    solution that first writes and reads /tmp passes, with the venv where this checkout's lives and with a bound
+    root under /tmp (a clone there). Before issue 37 paper mode failed it with the venv under /tmp."""
+    use_bwrap_path(path)
+    if venv == "under_tmp":
+        clone = tmp_path / "clone_venv"
+        clone.mkdir()
+        os.chmod(tmp_path, 0o755)
+        roots = sandbox._python_roots
+        monkeypatch.setattr(sandbox, "_python_roots", lambda site: [*roots(site), str(clone)])
+    task = _task("humaneval", mode, fixtures_dir)
+    docs = task.docs()[:2]
+    scores = task.score_many([TMP_BODY + d["canonical_solution"] for d in docs], docs, workers=2)
+    assert [s.correct for s in scores] == [True, True], [s.details for s in scores]
+    assert not os.path.exists("/tmp/scratch")
+
+
 # ---- the weaker mode: never uid 0, and the hook's former gaps --------------------------------------------
 
 WEAK_CASES = {  # each aims at a root-owned folder (0755) and a root process; the host decides
