@@ -135,6 +135,22 @@ def test_site_packages_work_under_bwrap(mode):
     assert all(r.passed for r in results), [(r.status, r.reason) for r in results]
 
 
+@pytest.mark.parametrize("path", ["two_bwrap", "one_bwrap"])
+def test_hidden_data_files_are_only_those_in_the_view(path, use_bwrap_path):
+    """/dev/null is bound only over data files the view shows: on the one-bwrap path with the system interpreter
+    the venv is not bound, and binds over its files made bwrap create its folders in the sandbox's root (a venv
+    under /tmp then kept /tmp from becoming the work dir's link: "Can't make symlink at /tmp: File exists")."""
+    use_bwrap_path(path)
+    argv = sandbox._sandbox_argv(sandbox._new_host_uid(), True, 64, package_data=False)
+    hidden = [argv[i + 2] for i, word in enumerate(argv) if word == "--ro-bind" and argv[i + 1] == "/dev/null"]
+    bound = [argv[i + 2] for i, word in enumerate(argv) if word == "--ro-bind" and argv[i + 1] != "/dev/null"]
+    in_view = [f for f in sandbox.package_data_files(os.path.realpath(sys.prefix))
+               if any(f == b or f.startswith(b.rstrip("/") + "/") for b in bound)]
+    assert hidden == in_view
+    if path == "two_bwrap":  # the venv is bound: every data file of it is hidden
+        assert hidden == list(sandbox.package_data_files(os.path.realpath(sys.prefix)))
+
+
 def test_bad_limits_are_refused_in_one_line():
     for bad in ({"memory_mb": 0}, {"processes": -1}, {"shm_mb": 1.5}, {"site_packages": "yes"}, {"work_mb": True}):
         with pytest.raises(ValueError, match=f"Limits\\({next(iter(bad))}="):
