@@ -228,6 +228,19 @@ def test_an_honest_completion_writing_tmp_passes_in_both_modes(tmp_path, monkeyp
     assert not os.path.exists("/tmp/scratch")
 
 
+def test_the_weaker_mode_keeps_tmp_writes_in_its_work_dir(monkeypatch):
+    """The weaker mode (lm_eval only: paper mode's packages refuse it) shares the host's /tmp: a literal /tmp write
+    is refused in one line by the hook, `tempfile` writes in the private work dir, and the host's /tmp gets nothing."""
+    monkeypatch.setattr(sandbox, "isolation_unavailable_reason", lambda: "simulated")
+    target = f"/tmp/dllm_weak_probe_{os.getpid()}"
+    literal, temp = execute_many([TMP_WRITER.replace("/tmp/by_program", target),
+                                  "import tempfile\nwith tempfile.TemporaryFile('w+') as f:\n    f.write('x')\n"],
+                                 timeout_s=5, workers=2, allow_unisolated=True)
+    assert literal.status == "failed" and "writing outside the work directory" in literal.reason, literal
+    assert temp.passed and temp.isolation == sandbox.WEAK, temp
+    assert not os.path.exists(target)
+
+
 # ---- the weaker mode: never uid 0, and the hook's former gaps --------------------------------------------
 
 WEAK_CASES = {  # each aims at a root-owned folder (0755) and a root process; the host decides
