@@ -151,12 +151,31 @@ def find_runs_csv(results_dir: Path | str) -> list[Path]:
     return sorted(root.glob("*/runs.csv")) if root.is_dir() else []
 
 
+def _text(cell: Any) -> str:
+    return "" if cell is None or (isinstance(cell, float) and math.isnan(cell)) else str(cell).strip()
+
+
+def same_backend(runs: pd.DataFrame, config: Mapping[str, Any]) -> pd.Series:
+    """Rows generated as the cell says (`backend` is not an identity key: a served run's id holds its server):
+    a local cell takes local rows only (no `backend.name`), a served cell only rows of its backend at its URL
+    (`server_url`), so a served table is never filled by local runs, nor a local one by a server's."""
+    backend = config.get("backend") or {}
+    name = str(backend.get("name") or "local")
+    column = runs["backend.name"] if "backend.name" in runs.columns else pd.Series("", index=runs.index)
+    mask = column.map(lambda v: (_text(v) if _text(v) not in ("nan", "None") else "") or "local") == name
+    if name != "local":
+        url = str(backend.get("url") or "").rstrip("/")
+        urls = runs["server_url"] if "server_url" in runs.columns else pd.Series("", index=runs.index)
+        mask &= urls.map(lambda v: _text(v).rstrip("/") == url)
+    return mask
+
+
 def matching_rows(runs: pd.DataFrame, config: Mapping[str, Any]) -> pd.DataFrame:
     """Rows whose every identity value equals the cell's; keys absent from runs.csv are not compared, except
     `REQUIRED_KEYS` (a file without them cannot hold this setting)."""
     if runs.empty or any(key not in runs.columns for key in REQUIRED_KEYS):
         return runs.iloc[0:0]  # written under another config schema (e.g. before policy x rule): never a match
-    mask = pd.Series(True, index=runs.index)
+    mask = same_backend(runs, config)
     for key, expected in identity(flatten(dict(config))).items():
         if key not in runs.columns:
             continue
