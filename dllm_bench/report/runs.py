@@ -151,23 +151,26 @@ def find_runs_csv(results_dir: Path | str) -> list[Path]:
     return sorted(root.glob("*/runs.csv")) if root.is_dir() else []
 
 
-def _text(cell: Any) -> str:
-    return "" if cell is None or (isinstance(cell, float) and math.isnan(cell)) else str(cell).strip()
-
-
 def same_backend(runs: pd.DataFrame, config: Mapping[str, Any]) -> pd.Series:
     """Rows generated as the cell says (`backend` is not an identity key: a served run's id holds its server):
-    a local cell takes local rows only (no `backend.name`), a served cell only rows of its backend at its URL
-    (`server_url`), so a served table is never filled by local runs, nor a local one by a server's."""
+    a local cell takes local rows only (no `backend.name`), a served cell only rows of its backend, and of the
+    model the server reported (`server_model`) where the cell names `backend.model`; not by URL, so a table can be
+    filled from several servers (one per decoding setting). A served table is never filled by local runs, nor a
+    local one by a server's."""
     backend = config.get("backend") or {}
     name = str(backend.get("name") or "local")
-    column = runs["backend.name"] if "backend.name" in runs.columns else pd.Series("", index=runs.index)
-    mask = column.map(lambda v: (_text(v) if _text(v) not in ("nan", "None") else "") or "local") == name
-    if name != "local":
-        url = str(backend.get("url") or "").rstrip("/")
-        urls = runs["server_url"] if "server_url" in runs.columns else pd.Series("", index=runs.index)
-        mask &= urls.map(lambda v: _text(v).rstrip("/") == url)
+    mask = _column(runs, "backend.name").map(lambda v: v or "local") == name
+    if name != "local" and backend.get("model") is not None:
+        mask &= _column(runs, "server_model") == str(backend["model"])
     return mask
+
+
+def _column(runs: pd.DataFrame, key: str) -> pd.Series:
+    """A runs.csv column as stripped text ("" where absent or empty)."""
+    if key not in runs.columns:
+        return pd.Series("", index=runs.index)
+    return runs[key].map(lambda v: "" if v is None or (isinstance(v, float) and math.isnan(v))
+                         or str(v).strip() in ("nan", "None") else str(v).strip())
 
 
 def matching_rows(runs: pd.DataFrame, config: Mapping[str, Any]) -> pd.DataFrame:

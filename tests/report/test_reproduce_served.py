@@ -49,20 +49,22 @@ def runs_frame(rows: list[dict]) -> pd.DataFrame:
 
 def test_rows_match_the_cells_backend():
     runs = runs_frame([{"run_id": "local"},
-                       {"run_id": "s1", "backend.name": "sglang", "server_url": "http://a:1"},
-                       {"run_id": "s2", "backend.name": "sglang", "server_url": "http://b:1"},
-                       {"run_id": "o1", "backend.name": "openai", "server_url": "http://a:1"}])
+                       {"run_id": "s1", "backend.name": "sglang", "server_url": "http://a:1", "server_model": "m"},
+                       {"run_id": "s2", "backend.name": "sglang", "server_url": "http://b:1", "server_model": "n"},
+                       {"run_id": "o1", "backend.name": "openai", "server_url": "http://a:1", "server_model": "m"}])
     cell = {"policy": {"name": "blocks"}, "rule": {"name": "threshold"}, "cache": {"name": "none"}}
 
     def ids(backend: dict | None) -> list[str]:
         return list(matching_rows(runs, {**cell, **({"backend": backend} if backend else {})})["run_id"])
 
     assert ids(None) == ids({"name": "local"}) == ["local"]
-    assert ids({"name": "sglang", "url": "http://a:1/"}) == ["s1"]
-    assert ids({"name": "openai", "url": "http://a:1"}) == ["o1"]
-    assert ids({"name": "sglang", "url": "http://c:1"}) == []
+    # any server of the backend (one per decoding setting), or the one serving the named model
+    assert ids({"name": "sglang", "url": "http://c:1", "model": None}) == ["s1", "s2"]
+    assert ids({"name": "sglang", "url": "http://c:1", "model": "n"}) == ["s2"]
+    assert ids({"name": "openai", "url": "http://a:1", "model": None}) == ["o1"]
     # a runs.csv that never held a served run: its rows are local
     assert list(matching_rows(runs_frame([{"run_id": "old"}]), cell)["run_id"]) == ["old"]
+    assert matching_rows(runs_frame([{"run_id": "old"}]), {**cell, "backend": {"name": "sglang"}}).empty
 
 
 def test_a_served_cell_fills_the_served_table_only(tmp_path, load_script):
