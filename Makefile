@@ -80,8 +80,12 @@ FRONTIER_ARGS ?= batch_size=50 num_threads=1
 frontier: $(STAMP)  ## searched accuracy-NFE front of RULE on TASK (MODEL): runs, table and plot under results/frontier_local/ (FRONTIER_ARGS="--out results/frontier" updates the committed ones)
 	$(PY) scripts/frontier.py --rule $(RULE) --task $(TASK) --model $(MODEL) $(FRONTIER_ARGS)
 
-reproduce-table: setup  ## build paper tables (TABLE=<name> for one); runs missing runs the machine can run
-	$(PY) scripts/reproduce_table.py $(if $(TABLE),--table $(TABLE),--all)
+# run-config overrides on make's command line (lower-case keys, as for dllm-bench: backend=sglang
+# backend.url=http://host:30000 model.name_or_path=...) go to every cell of reproduce-table (its --set)
+LOWER_START := $(addsuffix %,a b c d e f g h i j k l m n o p q r s t u v w x y z + ~)
+CELL_OVERRIDES = $(strip $(foreach v,$(sort $(.VARIABLES)),$(if $(and $(filter command line,$(origin $(v))),$(filter $(LOWER_START),$(v))),'$(v)=$($(v))')))
+reproduce-table: setup  ## build paper tables (TABLE=<name> for one; key=value overrides, e.g. backend=sglang backend.url=URL, go to every cell); runs missing runs the machine can run
+	$(PY) scripts/reproduce_table.py $(if $(TABLE),--table $(TABLE),--all)$(if $(strip $(CELL_OVERRIDES)), --set $(CELL_OVERRIDES))
 
 WHEEL_DIR ?= dist
 wheel-check: $(STAMP)  ## build the wheel from the committed tree (into WHEEL_DIR), install it in a fresh venv, run dllm-bench and lm-eval's registry from outside the checkout

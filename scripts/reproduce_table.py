@@ -139,6 +139,12 @@ def cuda_available() -> bool:
         return False
 
 
+def served_backend(extra: dict) -> bool:
+    """Whether a server generates every cell (`--set backend=sglang|openai`): its GPU cells then run from a
+    machine without one (docs/backends.md)."""
+    return str(extra.get("backend", "local")) != "local"
+
+
 def result_line(row: dict) -> str:
     """A finished run's figures, as the runner's summary line gives them."""
     return (f"accuracy {row['accuracy']:.4f} n={row['n_samples']} NFE {row['nfe_mean']:.2f} "
@@ -398,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{Path(__file__).name}: error: {err}", file=sys.stderr)
             return 2
         return 0
-    can_gpu = args.gpu or cuda_available()
+    can_gpu = args.gpu or cuda_available() or served_backend(args.extra)
     resolved = {spec.name: resolve(spec, args) for spec in specs}
     if args.dry_run:
         for spec in specs:

@@ -23,6 +23,8 @@ INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
 # files a hub download needs; no *.py, so no remote code can even reach the disk
 HUB_PATTERNS = ["*.json", "*.safetensors", "tokenizer*", "*.txt", "*.model", "*.tiktoken"]
+# what a run that only tokenizes needs (a served backend: the server holds the weights)
+NO_WEIGHT_PATTERNS = [p for p in HUB_PATTERNS if p != "*.safetensors"]
 # the special token that ends a turn, per flavour
 EOT_TOKENS = {"llada": "<|eot_id|>", "dream": "<|im_end|>"}
 
@@ -31,8 +33,9 @@ class CheckpointError(ValueError):
     """A checkpoint directory that does not match the network it declares."""
 
 
-def resolve_checkpoint_dir(name_or_path: str | Path, revision: str | None = None) -> Path:
-    """A local directory as is; a hub id (``owner/name``, not an existing path) downloaded without code files."""
+def resolve_checkpoint_dir(name_or_path: str | Path, revision: str | None = None, *, weights: bool = True) -> Path:
+    """A local directory as is; a hub id (``owner/name``, not an existing path) downloaded without code files (and
+    without its weights when ``weights`` is False: config and tokenizer only)."""
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         return path
@@ -43,7 +46,8 @@ def resolve_checkpoint_dir(name_or_path: str | Path, revision: str | None = None
     from huggingface_hub import snapshot_download
 
     try:
-        return Path(snapshot_download(repo_id=text, revision=revision, allow_patterns=HUB_PATTERNS))
+        patterns = HUB_PATTERNS if weights else NO_WEIGHT_PATTERNS
+        return Path(snapshot_download(repo_id=text, revision=revision, allow_patterns=patterns))
     except Exception as err:  # offline, unknown repo, gated
         raise FileNotFoundError(
             f"{text!r} is neither a local directory nor a downloadable hub model ({type(err).__name__}: {err})"
@@ -150,10 +154,13 @@ def is_llada_v_config(raw: dict[str, Any]) -> bool:
     return raw.get("model_type") == "llava_llada" or "mm_vision_tower" in raw or "vision_config" in raw
 
 
-def checkpoint_fingerprint(name_or_path: str | Path, whole_bytes: int = 32 << 20) -> str | None:
+def checkpoint_fingerprint(name_or_path: str | Path, whole_bytes: int = 32 << 20, *,
+                           weights: bool = True) -> str | None:
     """Content fingerprint of a local checkpoint (None for a hub id): sha256 over config.json and, per weight
     file, its name, size and every byte — files up to ``whole_bytes`` hashed inline (as fingerprints have always
     been), larger ones by their full SHA-256, computed once per file version and cached (``file_digest``).
+    ``weights=False`` digests config.json (and an adapter's config) only: a served run, whose weights are the
+    server's, is the same run from a full checkpoint or from a folder holding only its config and tokenizer.
 
     Results are keyed by it, so retrained or damaged weights never reuse runs made with the old ones.
     """
@@ -165,9 +172,11 @@ def checkpoint_fingerprint(name_or_path: str | Path, whole_bytes: int = 32 << 20
         return None
     digest = hashlib.sha256()
     if is_adapter_dir(directory):  # a PEFT adapter: its files and its base's fingerprint
-        digest.update(f"base={checkpoint_fingerprint(checkpoint_of(directory), whole_bytes)}:".encode())
+        base = checkpoint_fingerprint(checkpoint_of(directory), whole_bytes, weights=weights)
+        digest.update(f"base={base}:".encode())
+    weight_suffixes = (".safetensors", ".bin", ".pt") if weights else ()
     for f in sorted(directory.iterdir()):
-        if f.name not in ("config.json", ADAPTER_CONFIG) and f.suffix not in (".safetensors", ".bin", ".pt"):
+        if f.name not in ("config.json", ADAPTER_CONFIG) and f.suffix not in weight_suffixes:
             continue
         size = f.stat().st_size
         digest.update(f"{f.name}:{size}:".encode())

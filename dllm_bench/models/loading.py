@@ -111,6 +111,23 @@ def load_model(
     return model.eval()
 
 
+def load_tokenizer_config(name_or_path: str | Path, *, revision: str | None = None) -> tuple[ModelConfig, Any]:
+    """(network config, tokenizer) of a checkpoint without its weights: what a run that only tokenizes needs (a
+    served backend: prompts, stop, mask and pad ids). A hub id downloads only its config and tokenizer files; a
+    local folder needs only ``config.json`` and ``tokenizer.json``; an adapter reads its base's."""
+    path = Path(str(name_or_path)).expanduser()
+    if is_adapter_dir(path):
+        name_or_path = base_of(path, read_adapter_config(path))
+    directory = resolve_checkpoint_dir(name_or_path, revision, weights=False)
+    config = parse_config(read_config(directory), name_or_path=str(name_or_path))
+    tokenizer = load_tokenizer(directory)
+    if tokenizer is None:
+        raise FileNotFoundError(f"no tokenizer.json in {directory}: a run encodes its prompts with the tokenizer "
+                                "saved beside the config")
+    _fill_special_ids(config, tokenizer)
+    return config, tokenizer
+
+
 def _with_blocks(config: ModelConfig, attention: str | None, block_grid: str | None) -> ModelConfig:
     """``config`` with its attention topology / block grid replaced (checked as a config's own values are)."""
     import dataclasses

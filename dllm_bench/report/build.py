@@ -86,8 +86,10 @@ def runner_check(config: dict[str, Any]) -> tuple[bool, str | None]:
 
 
 def drop_stale(rows: pd.DataFrame, config: dict[str, Any]) -> tuple[pd.DataFrame, str | None]:
-    """Drop runs made with other weights than the local checkpoint has now (by content fingerprint)."""
-    current = checkpoint_fingerprint(str(config.get("model", {}).get("name_or_path", "")))
+    """Drop runs made with other weights than the local checkpoint has now (by content fingerprint; a served
+    cell's by its config.json alone, as its runs recorded it: runner/execute.py)."""
+    served = (config.get("backend") or {}).get("name", "local") != "local"
+    current = checkpoint_fingerprint(str(config.get("model", {}).get("name_or_path", "")), weights=not served)
     if rows.empty or current is None:
         return rows, None
     recorded = rows["model.fingerprint"] if "model.fingerprint" in rows.columns else pd.Series(None, index=rows.index)

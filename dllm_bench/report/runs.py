@@ -151,12 +151,34 @@ def find_runs_csv(results_dir: Path | str) -> list[Path]:
     return sorted(root.glob("*/runs.csv")) if root.is_dir() else []
 
 
+def same_backend(runs: pd.DataFrame, config: Mapping[str, Any]) -> pd.Series:
+    """Rows generated as the cell says (`backend` is not an identity key: a served run's id holds its server):
+    a local cell takes local rows only (no `backend.name`), a served cell only rows of its backend, and of the
+    model the server reported (`server_model`) where the cell names `backend.model`; not by URL, so a table can be
+    filled from several servers (one per decoding setting). A served table is never filled by local runs, nor a
+    local one by a server's."""
+    backend = config.get("backend") or {}
+    name = str(backend.get("name") or "local")
+    mask = _column(runs, "backend.name").map(lambda v: v or "local") == name
+    if name != "local" and backend.get("model") is not None:
+        mask &= _column(runs, "server_model") == str(backend["model"])
+    return mask
+
+
+def _column(runs: pd.DataFrame, key: str) -> pd.Series:
+    """A runs.csv column as stripped text ("" where absent or empty)."""
+    if key not in runs.columns:
+        return pd.Series("", index=runs.index)
+    return runs[key].map(lambda v: "" if v is None or (isinstance(v, float) and math.isnan(v))
+                         or str(v).strip() in ("nan", "None") else str(v).strip())
+
+
 def matching_rows(runs: pd.DataFrame, config: Mapping[str, Any]) -> pd.DataFrame:
     """Rows whose every identity value equals the cell's; keys absent from runs.csv are not compared, except
     `REQUIRED_KEYS` (a file without them cannot hold this setting)."""
     if runs.empty or any(key not in runs.columns for key in REQUIRED_KEYS):
         return runs.iloc[0:0]  # written under another config schema (e.g. before policy x rule): never a match
-    mask = pd.Series(True, index=runs.index)
+    mask = same_backend(runs, config)
     for key, expected in identity(flatten(dict(config))).items():
         if key not in runs.columns:
             continue

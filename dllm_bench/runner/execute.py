@@ -305,8 +305,9 @@ def execute(cfg: DictConfig | dict[str, Any], engine_factory: EngineFactory | No
     timing = timing_documents(selected, run)
     check_prompts_fit(run, task, all_docs, selected)
     # weights are part of a run's identity: a retrained checkpoint never resumes the old checkpoint's runs (a full
-    # digest, cached by path, size and times: computed after the cheap refusals)
-    run = run.with_fingerprint(checkpoint_fingerprint(run.model.name_or_path))
+    # digest, cached by path, size and times: computed after the cheap refusals); a served run's weights are the
+    # server's (its identity names the model the server reports): config.json only, no weight file read
+    run = run.with_fingerprint(checkpoint_fingerprint(run.model.name_or_path, weights=not run.served))
     identity = run_identity(run, task, all_docs)
     run_id = compute_run_id(run.as_dict(), identity)
     identity = {"config": config_id(run), **identity}
@@ -334,7 +335,8 @@ def execute(cfg: DictConfig | dict[str, Any], engine_factory: EngineFactory | No
         row = None
         if ctx.is_main:
             machine["load_avg_end"] = load_average()
-            session = {"identity": identity, **({"identity_changes": changes} if changes else {})}
+            session = {"identity": identity, **({"identity_changes": changes} if changes else {}),
+                       **({"client_concurrency": client_concurrency(run)} if run.served else {})}
             row = _finalise(run, run_id, store, all_docs, selected, started, device_name, ctx, machine, session)
     except KeyboardInterrupt:
         kept = len(store.finished_ids())
@@ -350,10 +352,26 @@ def execute(cfg: DictConfig | dict[str, Any], engine_factory: EngineFactory | No
     return row
 
 
-def served_columns(identity: dict[str, Any]) -> dict[str, Any]:
-    """runs.csv's record of a served run's server: its URL and the model it reported (none for a local run)."""
+def client_concurrency(run: RunConfig) -> int:
+    """The most requests a served run has in flight: `backend.concurrency`, at most a batch."""
+    return min(int(run.backend.concurrency), int(run.batch_size)) if run.backend is not None else 1
+
+
+def served_columns(identity: dict[str, Any], summary: dict[str, Any], sessions: list[dict[str, Any]]
+                   ) -> dict[str, Any]:
+    """runs.csv's record of a served run's server (none for a local run): its URL, the model it reported, and the
+    client-side throughput: requests and output tokens (`count_rule`) per second of the batches' wall time, first
+    request to last answer, at `client_concurrency` requests in flight (that of the sessions that decoded; null
+    when they differ). Counted by this client, not by the engine (`throughput_counted=client`)."""
     server = identity.get("backend")
-    return {} if not server else {"server_url": server.get("url"), "server_model": server.get("model")}
+    if not server:
+        return {}
+    wall = float(summary["wall_time_s_total"])
+    used = {s.get("client_concurrency") for s in sessions}
+    return {"server_url": server.get("url"), "server_model": server.get("model"), "throughput_counted": "client",
+            "client_concurrency": used.pop() if len(used) == 1 else None,
+            "client_requests_per_s": summary["n_samples"] / wall if wall > 0 else math.nan,
+            "client_output_tokens_per_s": summary["tokens_total"] / wall if wall > 0 else math.nan}
 
 
 def _finalise(run: RunConfig, run_id: str, store: ResultsStore, all_docs: list[dict], selected: list[int],
@@ -414,7 +432,7 @@ def _finalise(run: RunConfig, run_id: str, store: ResultsStore, all_docs: list[d
                                             if s.get("num_threads_used") is not None), None)
     row = {"run_id": run_id, **flatten(portable(run.as_dict())), **summary, "task_docs": len(all_docs),
            "world_size": last.get("world_size", ctx.world_size), "device_name": info["device_name"], **bookkeeping,
-           **served_columns(info["identity"]),
+           **served_columns(info["identity"], summary, timed or sessions),
            "machine_loaded": True if True in loaded else None if None in loaded or not loaded else False,
            "git_commit": last.get("git_commit", env.get("git_commit")), "math_verify": versions.get("math-verify"),
            "started_at": info["started_at"], "finished_at": info["finished_at"]}

@@ -239,14 +239,13 @@ class ServedEngine(Engine):
     """Generation by a server: one request per prompt, at most `backend.concurrency` in flight."""
 
     def __init__(self, run: RunConfig, ctx: DistContext, model: str | None = None):
-        from dllm_bench.models import load_model
+        from dllm_bench.models.loading import load_tokenizer_config
 
         backend = _backend(run)
         self.protocol = protocol(backend)
         self.model_name = model if model is not None else self.protocol.served_model(backend.model)
-        shell = load_model(str(run.model.name_or_path), device="meta")  # tokenizer and ids, no weights
-        self.tokenizer = shell.tokenizer
-        self.config = shell.config
+        # tokenizer and ids only: no network built, no weight read (nor downloaded for a hub id)
+        self.config, self.tokenizer = load_tokenizer_config(str(run.model.name_or_path))
         self.stop_token_ids = tuple(self.config.stop_token_ids)
         self.device_name = f"{backend.name} server at {self.protocol.base} ({self.model_name})"
         self.chat = bool(run.model.chat)
