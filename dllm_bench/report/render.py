@@ -78,6 +78,8 @@ def entry(spec: TableSpec, result: CellResult, results: list[CellResult], metric
 
 def independent(result: CellResult) -> Reproduction | None:
     """The independent reproduction of the cell's published row (results/published/independent_reproductions.csv)."""
+    if result.cell.published is None:  # a table of our own (tiny): nothing to reproduce, no file read
+        return None
     return reproduction_of(result.cell.published, list(known_reproductions()))
 
 
