@@ -33,7 +33,7 @@ log = logging.getLogger("dllm_bench.search")
 OBJECTIVES = {"accuracy": "maximize", "nfe_mean": "minimize", "steps_mean": "minimize",
               "tokens_per_forward": "maximize", "tokens_per_s": "maximize", "latency_s_mean": "minimize"}
 # top-level keys that change neither a trial's outputs nor its objective values: left out of the study's digest
-NOT_IN_DIGEST = ("hydra", "name", "output_dir", "progress", "trace", "warmup", "timing_docs", "resume_changed")
+NOT_IN_DIGEST = ("hydra", "name", "output_dir", "progress", "trace", "warmup", "timing_docs", "resume_changed", "tracking")
 
 
 def direction_names(direction: Any) -> list[str]:
