@@ -51,7 +51,8 @@ from dllm_bench.runner.store import pack_run, stored  # noqa: E402
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=Path(__file__).name, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    which = parser.add_mutually_exclusive_group(required="--cells" not in (argv if argv is not None else sys.argv))
+    given = argv if argv is not None else sys.argv
+    which = parser.add_mutually_exclusive_group(required="--cells" not in given and "--aup" not in given)
     which.add_argument("--table", help=f"one of: {', '.join(TABLES)}")
     which.add_argument("--all", action="store_true", help="every table")
     parser.add_argument("--results-dir", default=str(DEFAULT_RESULTS), help="where the runner writes runs")
@@ -77,6 +78,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--cells", action="store_true",
                         help="print what every paper-table cell runs (docs/cells.md) and exit")
     parser.add_argument("--write", action="store_true", help="with --cells: write docs/cells.md instead of printing")
+    parser.add_argument("--aup", action="store_true",
+                        help="recompute d3LLM's AUP leaderboard from results/published/d3llm_aup_leaderboard.csv into "
+                             "results/published/d3llm_aup_leaderboard.md and exit")
     args = parser.parse_args(argv)
     if args.table:
         try:
@@ -395,6 +399,18 @@ def main(argv: list[str] | None = None) -> int:
             (REPO / "docs" / "cells.md").write_text(cells_document(), encoding="utf-8")
         else:
             print(cells_document(), end="")
+        return 0
+    if args.aup:
+        from dllm_bench.report.leaderboard import (
+            LEADERBOARD_MD,
+            leaderboard_aup,
+            leaderboard_markdown,
+            load_leaderboard,
+        )
+
+        points = load_leaderboard()
+        LEADERBOARD_MD.write_text(leaderboard_markdown(leaderboard_aup(points), points), encoding="utf-8")
+        print(f"d3LLM AUP leaderboard -> {LEADERBOARD_MD}")
         return 0
     specs = list(TABLES.values()) if args.all else [get_table(args.table)]
     if args.estimate:

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.fast  # the inner loop: make test-fast
 
 PACKAGE = Path(__file__).resolve().parents[1] / "dllm_bench"
 # A module may import its own layer or lower ones only (top-level modules are the apps: run, lm-eval plugin).
-LAYERS = {"models": 0, "decoding": 1, "tasks": 2, "tiny": 3, "runner": 4, "report": 5}
+LAYERS = {"models": 0, "decoding": 1, "tasks": 2, "tiny": 3, "runner": 4, "tracking": 4, "report": 5}
 APP = 6
 
 

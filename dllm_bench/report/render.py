@@ -10,14 +10,20 @@ from typing import Any
 
 from dllm_bench.report.aggregate import Aggregate
 from dllm_bench.report.build import CellResult, reference_result, reproduced_value
-from dllm_bench.report.published import decimals
+from dllm_bench.report.published import (
+    REPRODUCED_METRICS,
+    Reproduction,
+    decimals,
+    known_reproductions,
+    reproduction_of,
+)
 from dllm_bench.report.tables import METRIC_LABELS, TableSpec
 
 TIMED_METRICS = ("tokens_per_s", "speedup", "latency_s")
 DEFAULT_DECIMALS = {"accuracy": 1, "tokens_per_s": 1, "nfe": 0, "speedup": 2, "tokens_per_forward": 2, "nfe_mean": 1,
                     "latency_s": 3, "forward_positions_mean": 1}
 LONG_COLUMNS = (
-    "table", "row", "column", "metric", "published", "reproduced", "delta", "ci_low", "ci_high", "spread_sd",
+    "table", "row", "column", "metric", "published", "independent", "independent_source", "reproduced", "delta", "ci_low", "ci_high", "spread_sd",
     "n_samples", "n_full", "n_repeats", "loaded", "batch_size", "throughput", "timing_docs", "timing_agreement",
     "status", "run_ids", "reason", "command",
 )
@@ -39,6 +45,7 @@ class Entry:
     ndigits: int
     comparable: bool = True  # False: a batched pass's own throughput, never set against the published one
     loaded: bool = False  # a throughput timed on a loaded machine: the load's speed, not printed or compared
+    independent_text: str = ""  # an independent reproduction's printed number ("" = none)
 
     @property
     def delta(self) -> float | None:
@@ -62,8 +69,23 @@ def entry(spec: TableSpec, result: CellResult, results: list[CellResult], metric
     published_text = row[metric].strip() if row is not None and metric in row.text else ""
     published = float(published_text) if published_text else None
     ndigits = decimals(published_text) if published_text else DEFAULT_DECIMALS[metric]
+    found = independent(result)
+    independent_text = found[metric].strip() if found is not None and metric in REPRODUCED_METRICS else ""
     return Entry(metric, published_text, published, reproduced_value(spec, result, results, metric), ndigits,
-                 comparable(spec, result, results, metric), timed_loaded(spec, result, results, metric))
+                 comparable(spec, result, results, metric), timed_loaded(spec, result, results, metric),
+                 independent_text)
+
+
+def independent(result: CellResult) -> Reproduction | None:
+    """The independent reproduction of the cell's published row (results/published/independent_reproductions.csv)."""
+    if result.cell.published is None:  # a table of our own (tiny): nothing to reproduce, no file read
+        return None
+    return reproduction_of(result.cell.published, list(known_reproductions()))
+
+
+def covered(results: list[CellResult]) -> list[Reproduction]:
+    """The independent reproductions of a table's cells (a table with any shows them in every cell)."""
+    return [found for found in map(independent, results) if found is not None]
 
 
 def timed_loaded(spec: TableSpec, result: CellResult, results: list[CellResult], metric: str) -> bool:
@@ -159,8 +181,9 @@ def settings_line(results: list[CellResult]) -> str:
     return line
 
 
-def cell_text(spec: TableSpec, result: CellResult, e: Entry, note: int | None) -> str:
-    """`published / reproduced (delta)`; a cell without a run says `missing [n]` or `n/a [n]`."""
+def cell_text(spec: TableSpec, result: CellResult, e: Entry, note: int | None, third: bool = False) -> str:
+    """`published / reproduced (delta)`, with ``third`` `published / independent / reproduced (delta)`; a cell
+    without a run says `missing [n]` or `n/a [n]`."""
     mark = f" [{note}]" if note is not None else ""
     if e.reproduced is not None:
         ours = _ours_text(spec, result, e) + verdict_mark(result, e, note)
@@ -172,6 +195,8 @@ def cell_text(spec: TableSpec, result: CellResult, e: Entry, note: int | None) -
         return ours
     published = e.published_text or "—"
     delta = f" ({_signed(e.delta, e.ndigits)})" if e.delta is not None else ""
+    if third:
+        return f"{published} / {e.independent_text or '—'} / {ours}{delta}"
     return f"{published} / {ours}{delta}"
 
 
@@ -260,7 +285,13 @@ def mode_notes(spec: TableSpec, results: list[CellResult]) -> list[str]:
     return lines
 
 
-def _legend(spec: TableSpec) -> str:
+def _legend(spec: TableSpec, third: bool = False) -> str:
+    if third:
+        return ("Each cell: published / independent reproduction / ours (ours − published). The middle number is "
+                "another group's run of the published setting (sources below; — = none for that cell). Ours: "
+                "accuracy with its 95 % Wilson interval; n=… † = run on fewer documents than the paper; "
+                + LOADED_SHORT + "; `missing [n]`: no run yet, note n gives the command that fills it; `n/a [n]`: "
+                "this harness cannot run it (note n says why); — = not printed.")
     if spec.paper is None:
         return ("Each cell: our value (accuracy with its 95 % Wilson interval; ± = spread over repeats). "
                 "n=… † = run on fewer documents than the task has; " + LOADED_SHORT + "; "
@@ -271,16 +302,29 @@ def _legend(spec: TableSpec) -> str:
             "says why); — = not printed.")
 
 
+def _sources_lines(results: list[CellResult]) -> list[str]:
+    """Where a table's independent reproductions are printed: one line per source, with its cell count."""
+    found = covered(results)
+    if not found:
+        return []
+    counts: dict[str, int] = {}
+    for r in found:
+        counts[r.source()] = counts.get(r.source(), 0) + 1
+    return [f"Independent reproductions: {'; '.join(f'{s} ({n} cells)' for s, n in counts.items())} "
+            "(results/published/independent_reproductions.csv).", ""]
+
+
 def _grid_lines(spec: TableSpec, results: list[CellResult], rows: list, cols: list, by_key: dict,
                 numbers: dict) -> list[tuple[Any, list[str]]]:
     """(row, [row label, metric label, cell texts...]) per table line: one line per row and metric."""
-    out = []
+    out, third = [], bool(covered(results))
     for row in rows:
         for i, metric in enumerate(spec.metrics):
             texts = []
             for col in cols:
                 r = by_key.get((row, col))
-                texts.append("" if r is None else cell_text(spec, r, entry(spec, r, results, metric), numbers.get(id(r))))
+                texts.append("" if r is None else cell_text(spec, r, entry(spec, r, results, metric), numbers.get(id(r)),
+                                                            third))
             out.append((row, [spec.label_row(row) if i == 0 else "", METRIC_LABELS[metric], *texts]))
     return out
 
@@ -288,12 +332,12 @@ def _grid_lines(spec: TableSpec, results: list[CellResult], rows: list, cols: li
 def _methods_lines(spec: TableSpec, results: list[CellResult], rows: list, cols: list, by_key: dict,
                    numbers: dict) -> list[tuple[Any, list[str]]]:
     """(row, [row label, column label, a text per metric]) per table line: one line per row and cell column."""
-    out = []
+    out, third = [], bool(covered(results))
     for row in rows:
         present = [col for col in cols if (row, col) in by_key]
         for j, col in enumerate(present):
             r = by_key[(row, col)]
-            texts = [cell_text(spec, r, entry(spec, r, results, m), numbers.get(id(r))) for m in spec.metrics]
+            texts = [cell_text(spec, r, entry(spec, r, results, m), numbers.get(id(r)), third) for m in spec.metrics]
             out.append((row, [spec.label_row(row) if j == 0 else "", spec.label_col(col), *texts]))
     return out
 
@@ -338,7 +382,8 @@ def to_markdown(spec: TableSpec, results: list[CellResult]) -> str:
     header, body = table_lines(spec, results)
     scored = scoring_line(results)
     settings = [settings_line(results), ""] if settings_line(results) else []
-    lines = [f"## {spec.title}", "", *settings, _legend(spec), "", *scored, *_precision_lines(spec, results),
+    lines = [f"## {spec.title}", "", *settings, _legend(spec, bool(covered(results))), "",
+             *_sources_lines(results), *scored, *_precision_lines(spec, results),
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for _, fields in body:
         lines.append("| " + " | ".join(fields) + " |")
@@ -384,7 +429,9 @@ def to_latex(spec: TableSpec, results: list[CellResult]) -> str:
     numbers = _notes(results)
     header, body = table_lines(spec, results)
     settings = ["% " + latex_escape(settings_line(results))] if settings_line(results) else []
-    lines = [f"% {spec.title}", *settings, "% " + _legend(spec), r"\begin{tabular}{" + "l" * len(header) + "}",
+    sources = ["% " + latex_escape(line) for line in _sources_lines(results) if line]
+    lines = [f"% {spec.title}", *settings, "% " + _legend(spec, bool(covered(results))), *sources,
+             r"\begin{tabular}{" + "l" * len(header) + "}",
              r"\toprule", " & ".join(latex_escape(x) for x in header) + r" \\", r"\midrule"]
     for i, (row, fields) in enumerate(body):
         lines.append(" & ".join(latex_escape(x) for x in fields) + r" \\")
@@ -406,12 +453,14 @@ def long_rows(spec: TableSpec, results: list[CellResult]) -> list[dict[str, obje
         agg = r.aggregate
         for metric in spec.metrics:
             e = entry(spec, r, results, metric)
+            found = independent(r)
             ci = metric == "accuracy" and agg is not None
             sd = (agg.accuracy_sd if metric == "accuracy" else agg.tokens_per_s_sd if metric == "tokens_per_s"
                   else math.nan) if agg is not None else math.nan
             out.append({
                 "table": spec.name, "row": spec.label_row(r.cell.row), "column": spec.label_col(r.cell.col),
-                "metric": metric, "published": e.published_text,
+                "metric": metric, "published": e.published_text, "independent": e.independent_text,
+                "independent_source": found.source() if found is not None and e.independent_text else "",
                 "reproduced": "" if e.reproduced is None else repr(e.reproduced),
                 "delta": "" if e.delta is None else repr(e.delta),
                 "ci_low": repr(agg.accuracy_ci_low) if ci else "", "ci_high": repr(agg.accuracy_ci_high) if ci else "",

@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 
 from dllm_bench.models.loading import checkpoint_fingerprint
 from dllm_bench.runner.completions import COUNT_KEYS, completion_texts, eos_token_id, paper_completion
-from dllm_bench.runner.config import compute_run_id, flatten, portable
+from dllm_bench.runner.config import compute_run_id, flatten, portable, to_container
 from dllm_bench.runner.environment import (
     cpu_count,
     environment_info,
@@ -38,6 +38,7 @@ from dllm_bench.runner.validate import ConfigError, build_task, validate_config
 from dllm_bench.tasks import Task
 from dllm_bench.tasks.chat import render_prompt
 from dllm_bench.tasks.executed import verdict_fields
+from dllm_bench.tracking import track, tracking_settings
 
 log = logging.getLogger("dllm_bench.run")
 
@@ -296,6 +297,7 @@ def execute(cfg: DictConfig | dict[str, Any], engine_factory: EngineFactory | No
     Data and selection are checked before any folder is made; a run that fails before its first row leaves
     no folder behind. The run folder is locked for the whole run: a twin command waits for it.
     """
+    tracking = tracking_settings(to_container(cfg).get("tracking"))
     run = validate_config(cfg)
     task = build_task(run.task.as_dict())
     machine = {"cpu_count": cpu_count(), "num_threads_used": None, "load_avg_start": load_average()}
@@ -349,6 +351,8 @@ def execute(cfg: DictConfig | dict[str, Any], engine_factory: EngineFactory | No
         store.close()
     barrier(ctx)
     shutdown(ctx)
+    if row is not None and tracking is not None:
+        log.info("run %s tracked: %s", run_id, track(tracking, row, store.read_run_json(), run.output_dir))
     return row
 
 

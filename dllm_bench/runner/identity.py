@@ -16,9 +16,9 @@ from dllm_bench.runner.config import PACKAGE_DIR
 from dllm_bench.runner.run_config import RunConfig
 from dllm_bench.tasks import Task
 
-# Package folders that cannot change a run's rows: the report builders read results; the tiny checkpoints are
-# weights, covered by `model.fingerprint`.
-NOT_CODE = ("report", "tiny/checkpoints")
+# Package folders that cannot change a run's rows: the report builders read results, the trackers send finished
+# rows; the tiny checkpoints are weights, covered by `model.fingerprint`.
+NOT_CODE = ("report", "tracking", "tiny/checkpoints")
 CODE_SUFFIXES = (".py", ".json", ".jsonl", ".yaml")
 # Files beside the weights that shape prompts and decoding (`model.fingerprint` covers config.json and weights).
 CHECKPOINT_TEXT_PREFIXES = ("tokenizer", "special_tokens_map", "generation_config", "chat_template", "vocab", "merges")

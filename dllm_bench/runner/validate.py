@@ -40,6 +40,7 @@ from dllm_bench.runner.settings import (
     setting_names,
 )
 from dllm_bench.tasks import TASKS, Task, TaskConfig, get_task
+from dllm_bench.tracking import tracking_settings
 
 FLAVOURS = ("llada", "dream")
 DTYPES = (None, "float32", "bfloat16", "float16")
@@ -332,6 +333,7 @@ def checked_run_config(c: dict[str, Any]) -> RunConfig:
 def validate_config(cfg: DictConfig | dict) -> RunConfig:
     """Check every key and rule of docs/runner.md ("Validation"); return the typed run config."""
     c = to_container(cfg)
+    tracking_settings(c.pop("tracking", None))  # checked here, no part of the run's config (dllm_bench/tracking)
     check_keys(c)
     check_output_location(c["output_dir"], c["name"])
     _validate_model(c["model"])

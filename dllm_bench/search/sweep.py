@@ -1,6 +1,7 @@
-"""The search loop behind `hydra/sweeper=frontier`: an Optuna study in SQLite, each trial one ordinary run.
+"""The search loop behind `hydra/sweeper=frontier`: an Optuna study in SQLite, each trial one ordinary run, run by
+Optuna's own ask/tell calls (no Hydra sweeper plugin of Optuna's).
 
-Differences from the stock Optuna sweeper's loop (same study, same sampler configs, same `params` syntax):
+How it differs from a plain `study.optimize` loop (the `params` syntax is Hydra's sweep syntax, search/space.py):
 - `n_trials` is the study's budget of completed trials, not the number to add: rerunning a finished search
   runs nothing, raising `n_trials` continues it;
 - a trial left running by a killed search is closed as failed and its parameters are queued first, so its run
@@ -24,7 +25,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from dllm_bench.runner.validate import ConfigError
-from dllm_bench.search.space import grid_points, parse_space, suggest
+from dllm_bench.search.space import grid_points, parse_space, space_text, suggest
 
 log = logging.getLogger("dllm_bench.search")
 
@@ -32,11 +33,11 @@ log = logging.getLogger("dllm_bench.search")
 OBJECTIVES = {"accuracy": "maximize", "nfe_mean": "minimize", "steps_mean": "minimize",
               "tokens_per_forward": "maximize", "tokens_per_s": "maximize", "latency_s_mean": "minimize"}
 # top-level keys that change neither a trial's outputs nor its objective values: left out of the study's digest
-NOT_IN_DIGEST = ("hydra", "name", "output_dir", "progress", "trace", "warmup", "timing_docs", "resume_changed")
+NOT_IN_DIGEST = ("hydra", "name", "output_dir", "progress", "trace", "warmup", "timing_docs", "resume_changed", "tracking")
 
 
 def direction_names(direction: Any) -> list[str]:
-    """`hydra.sweeper.direction` (one or a list; names or the sweeper's Direction enum) as names."""
+    """`hydra.sweeper.direction` (one name or a list) as names."""
     items = direction if isinstance(direction, Sequence) and not isinstance(direction, str) else [direction]
     return [getattr(d, "name", str(d)) for d in items]
 
@@ -150,7 +151,7 @@ class FrontierSearch:
                               "rule.delta: interval(0.0, 0.9)) or a sweep override")
         sampler_node = OmegaConf.to_container(self.config.hydra.sweeper.sampler, resolve=True)
         # plain `key=value` arguments are in the config already (the digest covers them there)
-        extra = {"space": {k: repr(v) for k, v in sorted(space.items())}, "objectives": self.objectives, "directions": self.directions,
+        extra = {"space": {k: space_text(v) for k, v in sorted(space.items())}, "objectives": self.objectives, "directions": self.directions,
                  "sampler": "grid" if self.grid else sampler_node}
         label = self._label() + ("-grid" if self.grid else "")
         name = self.study_name or f"{label}-{study_digest(self.config, sorted(space), extra)}"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,6 +17,22 @@ from .conftest import summary, write_runs
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK = REPO / "notebooks" / "frontiers.ipynb"
 DEMO = Path(__file__).parent / "fixtures" / "demo" / "runs.csv"
+
+
+def test_notebook_imports_only_the_public_api():
+    """The notebook is what a user writes: ``dllm_bench`` (its API) and the documented ``dllm_bench.decoding``."""
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    modules = set()
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        for node in ast.walk(ast.parse(cell.source)):
+            if isinstance(node, ast.Import):
+                modules.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                modules.add(node.module)
+    ours = {m for m in modules if m.split(".")[0] == "dllm_bench"}
+    assert ours == {"dllm_bench", "dllm_bench.decoding"}, ours
 
 
 def _outputs_text(nb) -> str:
@@ -50,6 +68,10 @@ def test_notebook_executes_on_results(tmp_path, monkeypatch):
     assert "10 runs in 2 runs.csv file(s)" in text
     assert "Embedded tiny LLaDA on 4x4 Sudoku" in text and "91.5 [" in text
     assert "tok_per_forward_ratio" in text
+    # its own evaluation (8 puzzles of the embedded tiny LLaDA) and one prompt decoded through generate
+    assert "over 8 puzzles" in text and "forwards per answer" in text
+    assert (results / "notebook" / "runs" / "default" / "runs.csv").is_file()
+    assert re.search(r"decoded '[^']+' in \d+ forwards", text)
     # one analysis per traced selector and parameter, each headed by its own setting
     assert "Confidence profiles of frechet δ=0.25: 1 traced run(s)" in text
     assert "Confidence profiles of topk: 1 traced run(s)" in text

@@ -48,3 +48,17 @@ def test_encode_prompts_are_the_runners_inputs(tiny_llada_dir):
     engine.tokenizer, engine.config, engine.device = model.tokenizer, model.config, torch.device("cpu")
     want, _ = engine.encode([text], chat=True)
     assert torch.equal(ids[:1], want)
+
+
+def test_report_calls_read_what_the_runner_wrote(tiny_llada_dir, tmp_path):
+    keys = {"model.name_or_path": str(tiny_llada_dir), "output_dir": str(tmp_path), "limit": 2, "batch_size": 2,
+            "num_threads": 1, "progress": False, "rule": "threshold", "name": "mine"}
+    run = dllm_bench.evaluate(keys).attrs["run"]
+    runs = dllm_bench.read_results(tmp_path)
+    assert list(runs["results"]) == ["mine"] and list(runs["run_id"]) == [run["run_id"]]
+    points = dllm_bench.pareto_points(runs)
+    assert len(points) == 1 and points["accuracy"].iloc[0] == pytest.approx(run["accuracy"])
+    png = dllm_bench.plot_pareto(runs, tmp_path / "figure", title="mine")
+    assert png == tmp_path / "figure.png" and png.stat().st_size > 1000
+    assert dllm_bench.tables(runs) == []  # "mine" is no reproducible table's folder
+    assert dllm_bench.read_results(tmp_path / "absent").empty and dllm_bench.confidence_profiles(tmp_path) == []

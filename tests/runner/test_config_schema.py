@@ -54,8 +54,8 @@ def test_top_level_and_model_keys_are_the_runner_settings():
     top = yaml.safe_load((CONF_DIR / "config.yaml").read_text(encoding="utf-8"))
     assert set(top) - {"defaults", "hydra"} == set(setting_names(RunSettings))
     assert [next(iter(d)) for d in top["defaults"] if isinstance(d, dict)] == ["model", "task", "cache", "rule",
-                                                                            "policy", "backend", "experiment",
-                                                                            "hparams_search"]
+                                                                            "policy", "backend", "tracking",
+                                                                            "experiment", "hparams_search"]
     assert set(GROUPS) == {"model", "task", "cache", "rule", "policy"}
     for path in group_files("model"):
         assert set(values(path)) == set(setting_names(ModelSettings)), path

@@ -4,6 +4,7 @@ the study lives in SQLite under the results folder, and a rerun resumes it."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import importlib.util
 import json
 import sys
@@ -14,9 +15,11 @@ import pytest
 from hydra.core.global_hydra import GlobalHydra
 from optuna.trial import TrialState
 
+from dllm_bench.decoding.config import CACHES, SELECTORS
 from dllm_bench.report.frontier import load_studies, write_report
 from dllm_bench.run import app
 from dllm_bench.runner.config import CONF_DIR
+from dllm_bench.runner.validate import validate_config
 from dllm_bench.search.space import grid_points, levels, parse_space
 
 
@@ -121,10 +124,50 @@ def test_every_search_config_searches_keys_of_its_run(compose_cfg, search_file):
     params = cfg.hydra.sweeper.params
     assert params, f"{search_file}: no searched parameter"
     for dotted in params:
-        group, key = dotted.split(".", 1)
-        assert key in cfg[group], f"{search_file}: {dotted} is not a key of {group} {cfg[group].name!r}"
+        group, _, key = dotted.rpartition(".")
+        node = cfg[group] if group else cfg
+        assert key in node, f"{search_file}: {dotted} is not a key of {group or 'the top level'}"
     assert cfg.hydra.sweeper._target_.endswith("FrontierSweeper")
     assert list(cfg.hydra.sweeper.objectives) == ["accuracy", "nfe_mean"]
+    space, _ = parse_space([f"{k}={v}" for k, v in params.items()])
+    assert sorted(space) == sorted(params)  # every entry is a searched range, not a fixed value
+    cfg = compose_cfg(f"hparams_search={search_file}")
+    validate_config(cfg)  # the run it searches from is one the runner accepts (rule x cache x policy)
+
+
+def _searches() -> dict[str, dict]:
+    import yaml
+
+    return {p.stem: yaml.safe_load(p.read_text()) for p in (CONF_DIR / "hparams_search").glob("*.yaml")}
+
+
+def _numeric_fields(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls) if any(t in str(f.type).split(" | ") for t in ("int", "float"))}
+
+
+def _overrides(data: dict) -> dict[str, str]:
+    return {k.split("/")[-1]: v for d in data["defaults"] if isinstance(d, dict) for k, v in d.items()}
+
+
+def test_every_adaptive_rule_and_cache_knob_has_a_search():
+    """From the registries: each adaptive rule with numeric parameters has conf/hparams_search/<rule>.yaml searching
+    all of them; each cache with numeric knobs has cache_<name>.yaml searching some of them."""
+    searches = _searches()
+    rules = {n: c for n, c in SELECTORS.items() if c.adaptive and _numeric_fields(c)}
+    assert {"threshold", "frechet", "credit", "klass"} <= set(rules)
+    for name, cls in rules.items():
+        assert name in searches, f"rule {name!r} has no conf/hparams_search/{name}.yaml"
+        assert _overrides(searches[name])["rule"] == name
+        assert {f"rule.{k}" for k in _numeric_fields(cls)} <= set(searches[name]["hydra"]["sweeper"]["params"])
+    caches = {n: c for n, c in CACHES.items() if _numeric_fields(c)}
+    assert {"dual", "dkv", "d2cache"} <= set(caches)
+    for name, cls in caches.items():
+        search = searches.get(f"cache_{name}")
+        assert search is not None, f"cache {name!r} has no conf/hparams_search/cache_{name}.yaml"
+        assert _overrides(search)["cache"] == name
+        searched = {k.split(".", 1)[1] for k in search["hydra"]["sweeper"]["params"] if k.startswith("cache.")}
+        assert searched and searched <= _numeric_fields(cls)
+    assert "block_length" in searches["blocks"]["hydra"]["sweeper"]["params"]
 
 
 def frontier_script():
@@ -135,7 +178,8 @@ def frontier_script():
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["--rule", "bogus"], "frontier: hparams_search 'bogus' is not allowed; allowed: factor, frechet, slowfast"),
+    (["--rule", "bogus"], "frontier: hparams_search 'bogus' is not allowed; allowed: "
+                          + ", ".join(sorted(p.stem for p in (CONF_DIR / "hparams_search").glob("*.yaml")))),
     (["--rule", "frechet", "--task", "sudok"], "frontier: task 'sudok' is not allowed; allowed: "),
     (["--rule", "frechet", "--limit", "0"], "frontier: --limit 0 and --trials None must be >= 1"),
 ])
