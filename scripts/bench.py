@@ -27,7 +27,6 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-import yaml
 
 from dllm_bench.decoding import DecodeSpec, Decoding, build_cache, build_policy, build_selector, generate
 from dllm_bench.decoding.selectors import (
@@ -39,6 +38,7 @@ from dllm_bench.decoding.selectors import (
 from dllm_bench.models import DiffusionLM, FeatureCache, KVCache, cpu_linear
 from dllm_bench.models.flops import count_flops
 from dllm_bench.models.random_weights import random_network
+from dllm_bench.runner.group_defaults import option_values
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE_CONF = ROOT / "conf" / "cache"
@@ -150,7 +150,7 @@ def cache_presets(conf_dir: Path = CACHE_CONF) -> dict[str, tuple[str, dict]]:
     presets = {}
     first = ("none", "prefix", "dual", "dllm")  # the earlier CSVs' rows, then the rest by name
     for path in sorted(conf_dir.glob("*.yaml"), key=lambda p: (first.index(p.stem) if p.stem in first else 4, p.stem)):
-        params = dict(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
+        params = option_values(path)  # as composed: the cache's defaults, then the file's own values
         name = params.pop("name", path.stem)
         presets[path.stem] = (name, {**params, **BENCH_PARAMS.get(path.stem, {})})
     return presets

@@ -96,7 +96,7 @@ class Registry(dict[str, type]):
         return None if cls is None else parameters(cls)
 
     def defaults(self, name: str) -> dict[str, Any]:
-        """The published defaults of ``name``: its dataclass defaults (conf/<kind>/<name>.yaml agrees)."""
+        """The published defaults of ``name``: its dataclass defaults (conf/<kind>/<name>.yaml extends them)."""
         return defaults(self[name])
 
     def build(self, name: str, **params: Any) -> Any:

@@ -15,12 +15,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
 from dllm_bench.decoding import Decoding, build_cache, build_policy, build_selector, check_combination
 from dllm_bench.decoding.config import CACHES
 from dllm_bench.runner import config
 from dllm_bench.runner.components import NO_RULE
+from dllm_bench.runner.group_defaults import option_values
 
 FLAVOURS = ("llada", "dream")
 
@@ -37,12 +36,11 @@ def options(group: str, conf_dir: Path | None = None) -> tuple[str, ...]:
 
 @cache
 def _option(group: str, option: str, conf_dir: Path) -> dict[str, Any]:
-    data = OmegaConf.to_container(OmegaConf.load(Path(conf_dir) / group / f"{option}.yaml"), resolve=False)
-    return {k: v for k, v in data.items() if k != "defaults"}
+    return option_values(Path(conf_dir) / group / f"{option}.yaml")
 
 
 def option_config(group: str, option: str, conf_dir: Path | None = None) -> dict[str, Any]:
-    """An option's keys (its ``name`` and the builder's parameters), without Hydra's ``defaults`` list."""
+    """An option's keys as composed (its ``name`` and the builder's parameters, defaults included)."""
     return dict(_option(group, option, conf(conf_dir)))
 
 

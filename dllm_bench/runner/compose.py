@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 
 from dllm_bench.runner.config import CONF_DIR, register_resolvers
 from dllm_bench.runner.errors import missing_option_line
+from dllm_bench.runner.group_defaults import store_group_defaults
 from dllm_bench.runner.validate import ConfigError
 
 UNKNOWN_OVERRIDE = re.compile(r"Could not override '([^']+)'")
@@ -36,6 +37,7 @@ def compose_run_config(overrides: list[str]) -> DictConfig:
     """The run config of `overrides` (unchecked: pass it to `validate`); a group option that does not exist is
     a ConfigError listing the options."""
     register_resolvers()
+    store_group_defaults()  # a rule, cache or policy registered since Hydra first imported them gets its node
     overrides = list(overrides)
     for _ in range(len(overrides) + 1):
         try:

@@ -1,4 +1,4 @@
-"""The config's keys are the code's parameters: group keys == builder parameters, and every key reaches the engine."""
+"""The config's keys are the code's parameters (tests/decoding/test_defaults_agree.py), and every key reaches the engine."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import pytest
 import yaml
 from hydra import compose, initialize_config_dir
 
-from dllm_bench.decoding import SLOWFAST_PRESETS
 from dllm_bench.decoding.config import builder_parameters
 from dllm_bench.runner.components import build_components
 from dllm_bench.runner.config import CONF_DIR
@@ -37,19 +36,6 @@ def values(path: Path) -> dict:
     return data
 
 
-@pytest.mark.parametrize("path", [p for g in KINDS for p in group_files(g)], ids=lambda p: f"{p.parent.name}/{p.stem}")
-def test_group_keys_are_exactly_the_builder_parameters(path):
-    data = values(path)
-    kind = KINDS[path.parent.name]
-    if data["name"] == "none" and kind == "selector":
-        assert set(data) == {"name"}  # rule=none: the policy's own rule, no selector object
-        return
-    params = builder_parameters(kind, data["name"])
-    if params is None:
-        pytest.skip(f"build_{kind}({data['name']!r}) is not in this engine yet (the dreampolicy stream adds it)")
-    assert set(data) - {"name"} == set(params), f"{path} keys vs build_{kind}({data['name']!r}) parameters"
-
-
 def test_top_level_and_model_keys_are_the_runner_settings():
     top = yaml.safe_load((CONF_DIR / "config.yaml").read_text(encoding="utf-8"))
     assert set(top) - {"defaults", "hydra"} == set(setting_names(RunSettings))
@@ -63,12 +49,6 @@ def test_top_level_and_model_keys_are_the_runner_settings():
     for path in group_files("backend"):  # local names itself only; a served backend sets every key
         wanted = {"name"} if path.stem == "local" else set(setting_names(BackendSettings))
         assert set(values(path)) == wanted and values(path)["name"] == path.stem, path
-
-
-@pytest.mark.parametrize("preset", ["code", "paper", "dream"])
-def test_slowfast_policy_files_are_the_engine_presets(preset):
-    data = values(CONF_DIR / "policy" / f"slowfast_{preset}.yaml")
-    assert {k: data[k] for k in SLOWFAST_PRESETS[preset]} == SLOWFAST_PRESETS[preset]
 
 
 @pytest.fixture(scope="module")
@@ -150,13 +130,12 @@ def test_every_documented_switch_changes_what_the_engine_receives(composed, base
 
 def test_every_decoding_key_is_covered_by_a_switch_test():
     covered = {key for _, key, _, _ in SWITCHES}
-    for group in KINDS:
-        for path in group_files(group):
-            data = values(path)
-            if data["name"] in ("dream", "dream_threshold", "none"):  # dream keys: test_policy_rule.py runs them
+    for group, kind in KINDS.items():  # a group's keys are its registered classes' parameters (test_defaults_agree.py)
+        for name in {values(p)["name"] for p in group_files(group)}:
+            if name in ("dream", "dream_threshold", "none"):  # dream keys: test_policy_rule.py runs them
                 continue
-            for key in set(data) - {"name"}:
-                assert f"{group}.{key}" in covered, f"{path}: {key} has no switch test"
+            for key in builder_parameters(kind, name):
+                assert f"{group}.{key}" in covered, f"{group} {name}: {key} has no switch test"
 
 
 @pytest.mark.parametrize("overrides, rule", [

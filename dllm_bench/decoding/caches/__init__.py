@@ -1,8 +1,8 @@
 """Decoding caches, one file each; importing this package registers every module in it (``base.CACHES``).
 
 Adding a cache: a file here with a ``@register``-ed frozen dataclass and its session, its storage as one file in
-``dllm_bench/models/cache/``, and ``conf/cache/<name>.yaml`` holding its parameters at their defaults
-(tests/decoding/test_defaults_agree.py checks they agree). docs/architecture.md describes the protocol.
+``dllm_bench/models/cache/``, and ``conf/cache/<name>.yaml`` extending its defaults (``- /defaults/cache/<name>@_here_``;
+the dataclass holds them, docs/runner.md). docs/architecture.md describes the protocol.
 """
 
 from __future__ import annotations

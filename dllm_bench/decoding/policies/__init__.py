@@ -2,7 +2,7 @@
 
 Adding a policy: a file here with a ``@register``-ed frozen dataclass subclassing ``PolicyBase`` (its state, its
 ``init_state``, ``block``, ``decide``, ``advance``, and the hooks it changes), and ``conf/policy/<name>.yaml``
-holding its parameters at their defaults (tests/decoding/test_defaults_agree.py checks they agree).
+extending its defaults (``- /defaults/policy/<name>@_here_``; the dataclass holds them, docs/runner.md).
 docs/architecture.md describes the protocol.
 """
 

@@ -151,8 +151,8 @@ class PolicyBase:
     def __post_init__(self) -> None:
         self.check()
 
-    # published settings as changes to the dataclass's defaults, by name; conf/policy/<policy>_<preset>.yaml (or
-    # <preset>.yaml) carries each, and tests/decoding/test_defaults_agree.py keeps them equal
+    # published settings as changes to the dataclass's defaults, by name, their one place; a file
+    # conf/policy/<policy>_<preset>.yaml (or <preset>.yaml) selects each (/defaults/policy/<policy>_<preset>)
     presets: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
     default_preset: ClassVar[str | None] = None  # expanded when the builder names none
 

@@ -32,7 +32,7 @@ from dllm_bench.decoding.rules.base import StepContext
 
 METHODS = ("d2f", "d3llm")
 # published settings as changes to PipelinePolicy's defaults (D2F-LLaDA's GSM8K row); conf/policy/pipeline_<preset>.yaml
-# must agree (tests/decoding/test_defaults_agree.py)
+# selects one (runner/group_defaults)
 PIPELINE_PRESETS = {
     # SJTU-DENG-Lab/Discrete-Diffusion-Forcing D2F-eval/eval_llada.sh (gsm8k; block 64, gen 512)
     "d2f_llada": {},

@@ -15,7 +15,7 @@ from dllm_bench.decoding.rules.base import RULES, StepContext, rule_tokens
 from dllm_bench.decoding.selectors import topk_commit_mask
 
 # SlowFast settings as changes to SlowFastPolicy's defaults (the public code's, preset "code"); the one source of
-# the presets: conf/policy/slowfast_<preset>.yaml must agree (tests/decoding/test_defaults_agree.py).
+# the presets: conf/policy/slowfast_<preset>.yaml selects one (runner/group_defaults).
 SLOWFAST_PRESETS = {
     "code": {},
     "paper": dict(explore_steps=8, converge_threshold=0.1, threshold=0.85),  # the paper's section 4.2

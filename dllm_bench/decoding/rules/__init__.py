@@ -1,7 +1,7 @@
 """Decoding rules, one file each; importing this package registers every module in it (``base.RULES``).
 
-Adding a rule: a file here with a ``@register``-ed frozen dataclass, and ``conf/rule/<name>.yaml`` holding its
-parameters at their defaults (tests/decoding/test_rules.py checks they agree).
+Adding a rule: a file here with a ``@register``-ed frozen dataclass (its field defaults are the one place its
+defaults live), and ``conf/rule/<name>.yaml`` extending them (``- /defaults/rule/<name>@_here_``; docs/runner.md).
 """
 
 from __future__ import annotations
