@@ -6,7 +6,8 @@ Goldens (``tests/fixtures/fast_dllm_v2_published.json``; how: its ``source``): t
 (HF modeling.py) run on random-weight checkpoints in its exact format, per setting and puzzle: answer ids and its
 forward calls. Our NFE counts every forward of the decode: the published ``step_count`` plus the prompt's forward
 (which it does not count), minus the store forward of the last block, whose token lies past the answer (we do not
-run it). The first puzzles of every setting run by default, ``-m exhaustive`` all of them.
+run it). The first puzzles of every setting run by default, ``-m exhaustive`` all of them; the loop written here
+runs each K/V mode and each schedule once by default, every pair of them under ``-m exhaustive``.
 """
 
 from __future__ import annotations
@@ -147,8 +148,9 @@ def _reference_dynamic(model, prompt: list[int], G: int, bs: int, steps: int, ta
     return x[P:], nfe
 
 
-@pytest.mark.parametrize("kv_cache", ["none", "committed"])
-@pytest.mark.parametrize(("steps", "tau"), [(4, 0.9), (2, 0.5)])
+@pytest.mark.parametrize(("kv_cache", "steps", "tau"), [  # make test: each K/V mode and schedule once
+    pytest.param(kv, steps, tau, id=f"{steps}-{tau}-{kv}", marks=[] if (kv == "committed") == (steps == 2)
+                 else [pytest.mark.exhaustive]) for kv in ("none", "committed") for steps, tau in ((4, 0.9), (2, 0.5))])
 def test_sdar_and_llada2_rule_equals_a_loop_written_here(kv_cache, steps, tau):
     """``steps`` set: SDAR's ``low_confidence_dynamic`` / LLaDA2.0's threshold with its scheduled fallback; the
     committed-block K/V decode as the recomputed prefix (block-causal: a committed block's K/V never change)."""

@@ -2,7 +2,8 @@
 
 dLLM-Cache per forward (logits) over a K_p x K_r x rho grid whose schedules include both-, prompt-only,
 response-only and neither-refresh steps, with canvases that change between forwards and a cut canvas; then
-whole decodes (tokens, NFE) for dLLM-Cache, prefix and dual caches with stale K/V, LLaDA and Dream.
+whole decodes (tokens, NFE) for dLLM-Cache, prefix and dual caches with stale K/V, LLaDA and Dream. By default the
+cases that cover each of a grid's code-path values (``covering_cases``), ``-m exhaustive`` the whole grids.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dllm_bench.models import load_model
 from dllm_bench.models.cache import FeatureCache, KVCache
 
 from .conftest import prompts_for
+from .published_goldens import covering_settings
 from .reference_caches import PlainDLLMCache, PlainKVCache, PlainNetwork
 from .spec_kwargs import spec_generate
 
@@ -60,9 +62,25 @@ def canvases(model, prompt: list[int], forwards: int, seed: int = 0) -> list[tor
     return out
 
 
-@pytest.mark.parametrize("flavour", ["llada", "dream"])
-@pytest.mark.parametrize("layer0", [True, False])
-@pytest.mark.parametrize("Kp,Kr,rho", GRID)
+def covering_cases(names: str, cases: list[tuple], paths, order: str) -> list:
+    """pytest params of ``cases`` (tuples of ``names``): by default those covering the code-path values ``paths``
+    names (published_goldens.covering_settings), the rest under -m exhaustive; ids join the values of ``order``."""
+    keys = names.split(",")
+    default = covering_settings([dict(zip(keys, c, strict=True)) for c in cases], paths)
+    return [pytest.param(*c, marks=[] if i in default else [pytest.mark.exhaustive],
+                         id="-".join(str(dict(zip(keys, c))[k]) for k in order.split(","))) for i, c in enumerate(cases)]
+
+
+FORWARD = "flavour,layer0,Kp,Kr,rho"
+
+
+# make test: the cases in which each flavour meets each layer-0 mode, and each interval pair, verify ratio and kind
+# of step occur; -m exhaustive the whole grid
+@pytest.mark.parametrize(FORWARD, covering_cases(FORWARD, [
+    (flavour, layer0, *grid) for flavour in ("llada", "dream") for layer0 in (True, False) for grid in GRID],
+    lambda c: {"flavour_layer0": (c["flavour"], c["layer0"]), "intervals": (c["Kp"], c["Kr"]), "rho": c["rho"],
+               **{f"step_{kind}": True for kind in schedule_kinds(c["Kp"], c["Kr"], 8)}},
+    order="Kp,Kr,rho,layer0,flavour"))
 def test_dllm_cache_forward_equals_reference(tiny_llada_dir, tiny_dream_dir, flavour, layer0, Kp, Kr, rho):
     model = load_model(tiny_llada_dir if flavour == "llada" else tiny_dream_dir, device="cpu")
     prompt = prompts_for(model)[0]
@@ -158,9 +176,14 @@ def engine_decode(model, prompt, rule, param, steps, cache, block_length=BL):
 RULES = [("topk", None, 8), ("threshold", 0.6, None)]
 
 
-@pytest.mark.parametrize("flavour", ["llada", "dream"])
-@pytest.mark.parametrize("rule,param,steps", RULES)
-@pytest.mark.parametrize("Kp,Kr,rho", [(2, 3, 0.25), (3, 2, 0.5), (4, 3, 0.25), (1, 4, 1.0)])
+DLLM_DECODES = "flavour,rule,param,steps,Kp,Kr,rho"
+
+
+@pytest.mark.parametrize(DLLM_DECODES, covering_cases(DLLM_DECODES, [
+    (flavour, *rule, *kr) for flavour in ("llada", "dream") for rule in RULES
+    for kr in [(2, 3, 0.25), (3, 2, 0.5), (4, 3, 0.25), (1, 4, 1.0)]],
+    lambda c: {"flavour_rule": (c["flavour"], c["rule"]), "intervals": (c["Kp"], c["Kr"], c["rho"])},
+    order="Kp,Kr,rho,rule,param,steps,flavour"))
 def test_dllm_cache_decode_equals_reference(llada, dream, flavour, rule, param, steps, Kp, Kr, rho):
     model = llada if flavour == "llada" else dream
     net = PlainNetwork(model.model, scale=SCALE)
@@ -173,10 +196,16 @@ def test_dllm_cache_decode_equals_reference(llada, dream, flavour, rule, param, 
         assert out.records[0].nfe == want_nfe
 
 
-@pytest.mark.parametrize("flavour", ["llada", "dream"])
-@pytest.mark.parametrize("kind", ["prefix", "dual"])
-@pytest.mark.parametrize("rule,param,steps", RULES)
-@pytest.mark.parametrize("compat_first", [False, True])
+KV_DECODES = "flavour,kind,rule,param,steps,compat_first"
+
+
+@pytest.mark.parametrize(KV_DECODES, covering_cases(KV_DECODES, [
+    (flavour, kind, *rule, compat) for flavour in ("llada", "dream") for kind in ("prefix", "dual") for rule in RULES
+    for compat in (False, True)],
+    lambda c: {"flavour_kind": (c["flavour"], c["kind"]), "flavour_rule": (c["flavour"], c["rule"]),
+               "kind_rule": (c["kind"], c["rule"]),
+               "kind_compat": (c["kind"], c["compat_first"])},
+    order="compat_first,rule,param,steps,kind,flavour"))
 def test_kv_cache_decode_with_stale_kv_equals_reference(llada, dream, flavour, kind, rule, param, steps,
                                                         compat_first):
     model = llada if flavour == "llada" else dream

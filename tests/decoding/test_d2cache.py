@@ -5,7 +5,7 @@ the published decoder's answer ids and NFE on the tiny LLaDA and Dream checkpoin
 d2Cache, semi-AR with inflation, threshold); each puzzle is decoded alone, as published (batch 1). The batch goldens
 (``tests/fixtures/d2cache_batch_published.json``) decode batches of 4 across several blocks, where the published
 loop tops up the rows' queries and holds a row whose block is full: ``top_up=True`` reproduces both. By default
-the first puzzles of the settings that cover every code path (published_goldens.covering_settings: each model, rule,
+the first puzzle of the settings that cover every code path (published_goldens.covering_settings: each model, rule,
 one block or several, d2Cache or none, with inflation or without), ``-m exhaustive`` every setting on all of them. The reference tests recompute the density,
 the nucleus, the inflation and the rollout with plain loops.
 """
@@ -44,7 +44,8 @@ GOLDEN = json.loads((ROOT / "tests" / "fixtures" / "d2cache_published.json").rea
 GOLDEN_DREAM = json.loads((ROOT / "tests" / "fixtures" / "d2cache_dream_published.json").read_text())
 GOLDEN_BATCH = json.loads((ROOT / "tests" / "fixtures" / "d2cache_batch_published.json").read_text())
 PUZZLES = ROOT / "dllm_bench" / "tasks" / "sudoku_data" / "sudoku_test.jsonl"
-DEFAULT_PUZZLES = 2
+DEFAULT_PUZZLES = 1  # each decoded alone: the cost is per puzzle
+DEFAULT_BATCHES = 1  # of the batch goldens (4 rows each)
 
 
 def _paths(setting: dict) -> dict:
@@ -191,7 +192,7 @@ def test_top_up_decodes_batches_as_the_published_loop(index, full):
     waiting at a block end is counted, as the published batch counts its forwards). Off the recording machine only
     rows away from near-ties in their commit decisions are compared (tests/decoding/machine_goldens.py)."""
     setting = GOLDEN_BATCH["settings"][index]
-    batches = setting["batches"] if full else setting["batches"][:2]
+    batches = setting["batches"] if full else setting["batches"][:DEFAULT_BATCHES]
     name = f"tiny_{setting['flavour']}"
     exact = same_machine("d2cache_batch_published.json")
     compared = 0

@@ -34,7 +34,7 @@ from .published_goldens import covering_settings, puzzle_prompts, tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = json.loads((ROOT / "tests" / "fixtures" / "dparallel_cached_published.json").read_text())
-DEFAULT_PUZZLES = 6
+DEFAULT_PUZZLES = 2  # each decoded alone: the cost is per puzzle
 DEFAULT_SETTINGS = covering_settings(GOLDEN["settings"], lambda s: {"loop": s["loop"], "block": s["block_length"]})
 
 

@@ -23,7 +23,7 @@ from dllm_bench.decoding.config import build_selector
 from dllm_bench.models import load_model
 
 from .machine_goldens import NEAR_TIE, decision_margin, same_machine
-from .published_goldens import answer_hash, puzzle_prompts
+from .published_goldens import answer_hash, covering_settings, puzzle_prompts
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = "pipeline_published.json"
@@ -62,13 +62,19 @@ def _spec(method: str, setting: dict, cache: str, trace: bool = False) -> Decode
 
 
 def _cases():
+    """make test: the first puzzles of the settings covering each method's caches and block lengths
+    (published_goldens.covering_settings; the thresholds are numbers in the same code); -m exhaustive every setting
+    with each cache on all puzzles."""
     for method, entry in GOLDEN["methods"].items():
-        for i, s in enumerate(entry["settings"]):
-            for cache in CACHES[method]:
-                for full in (False, True):
-                    label = f"{method}-b{s['block_length']}-add{s['block_add_threshold']}-t{s['threshold']}-{cache}"
-                    yield pytest.param(method, i, cache, full, id=label + ("-all" if full else ""),
-                                       marks=[pytest.mark.exhaustive] if full else [])
+        pairs = [(i, cache) for i in range(len(entry["settings"])) for cache in CACHES[method]]
+        default = covering_settings([{"cache": c, "block": entry["settings"][i]["block_length"]} for i, c in pairs],
+                                    lambda case: case)
+        for n, (i, cache) in enumerate(pairs):
+            s = entry["settings"][i]
+            for full in (False, True):
+                label = f"{method}-b{s['block_length']}-add{s['block_add_threshold']}-t{s['threshold']}-{cache}"
+                yield pytest.param(method, i, cache, full, id=label + ("-all" if full else ""),
+                                   marks=[pytest.mark.exhaustive] if full or n not in default else [])
 
 
 @pytest.mark.parametrize(("method", "index", "cache", "full"), list(_cases()))

@@ -2,8 +2,9 @@
 (``tests/fixtures/speed_tokens.json``, written by ``tests/decoding/speed_reference.py`` on the earlier engine):
 ``first100``/``all500``/``vocab`` before the first speed round, ``current``/``current_vocab`` before the second
 (its dLLM-Cache entries again after issue 31's V-verify ranking). The same digests under every ATEN_CPU_CAPABILITY
-(``make test-cpu-capabilities``). By default the ``current`` entries that cover each rule and each cache once per
-checkpoint (published_goldens.covering_settings), each decoded alone; ``-m exhaustive`` every entry."""
+(``make test-cpu-capabilities``). By default the ``current`` entries that cover each rule once, and each cache and
+each loop once per checkpoint (published_goldens.covering_settings), each decoded alone; ``-m exhaustive`` every
+entry."""
 
 from __future__ import annotations
 
@@ -17,10 +18,17 @@ from . import speed_reference as ref
 from .published_goldens import covering_settings
 
 RECORDED = json.loads(ref.FIXTURE.read_text())
+
+
+def _policy(entry: dict) -> str:
+    """The decoding loop of a ``current`` entry (speed_reference's settings)."""
+    return {**ref.RULES, **ref.DREAM_ALGS}.get(entry["name"], ("blocks",))[0]
+
+
 CURRENT = [dict(zip(("flavour", "name", "cache"), k.split("/")[1:], strict=True)) for k in sorted(RECORDED)
            if k.startswith("current/")]
 DEFAULT_KEYS = {"current/{flavour}/{name}/{cache}".format(**CURRENT[i]) for i in covering_settings(
-    CURRENT, lambda s: {"rule": (s["flavour"], s["name"]), "cache": (s["flavour"], s["cache"])})}
+    CURRENT, lambda s: {"rule": s["name"], "cache": (s["flavour"], s["cache"]), "policy": (s["flavour"], _policy(s))})}
 
 
 @cache

@@ -2,7 +2,8 @@
 
 The pairs are the conf groups' options; whether a pair runs, and with what steps and block length, is asked of the
 methods (``dllm_bench.runner.combinations``: their builders and ``check_combination``), so a new rule or policy
-is covered here by its own files alone.
+is covered here by its own files alone. make test runs the pairs that cover each policy and each rule running and
+refused; -m exhaustive every pair.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dllm_bench.runner.components import NO_RULE
 from dllm_bench.runner.config import CONF_DIR
 from dllm_bench.runner.execute import execute
 from dllm_bench.runner.validate import ConfigError, validate_config
+from tests.decoding.published_goldens import covering_settings
 
 PAIRS = [(p, r) for p in options("policy") for r in options("rule")]
 TINY = {"llada": "tiny_llada", "dream": "tiny_dream"}
@@ -77,8 +79,21 @@ def _refused(policy: str, rule: str) -> bool:
     return False
 
 
+def _sampled_pairs() -> list:
+    """make test: the running pairs in which each policy and each rule runs, and the refused pairs in which each
+    policy and each rule is refused (tests/decoding/published_goldens.covering_settings); every pair under -m
+    exhaustive."""
+    default = set()
+    for refused in (False, True):
+        pairs = [pair for pair in PAIRS if _refused(*pair) == refused]
+        chosen = covering_settings([{"policy": p, "rule": r} for p, r in pairs], lambda pair: pair)
+        default |= {pairs[i] for i in chosen}
+    return [pytest.param(*pair, id="-".join(pair), marks=[] if pair in default else [pytest.mark.exhaustive])
+            for pair in PAIRS]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("policy, rule", PAIRS, ids=lambda x: x)
+@pytest.mark.parametrize("policy, rule", _sampled_pairs())
 def test_pair_runs_or_is_refused_with_its_reason(policy, rule, tmp_path):
     overrides, reason = runner_overrides(policy, rule, tmp_path)
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
