@@ -108,6 +108,9 @@ def adapter_run_config(run_keys: dict[str, Any], pretrained: str | None) -> RunC
         if group in NOT_FOR_LM_EVAL:
             raise ConfigError(f"{key}={value!r} is not allowed: lm-eval's own options choose the documents and the "
                               "output (--tasks, --limit, --output_path)")
+        if group == "tracking":
+            raise ConfigError(f"{key}={value!r} is not allowed: under lm-eval, log with lm-eval's own trackers "
+                              "(--wandb_args, --hf_hub_log_args)")
         if key == "model" and not (CONF_DIR / "model" / f"{value}.yaml").is_file():
             presets = ", ".join(sorted(p.stem for p in (CONF_DIR / "model").glob("*.yaml")))
             raise ConfigError(f"model={value!r} is not allowed: choose one of {presets} (conf/model/); the "
@@ -117,7 +120,9 @@ def adapter_run_config(run_keys: dict[str, Any], pretrained: str | None) -> RunC
         keys["gen_length"] = keys["block_length"]  # checked at one block; each request sets its own length
     if pretrained is not None:
         keys["model.name_or_path"] = pretrained
-    return checked_run_config(to_container(compose_run_config([_override(k, v) for k, v in keys.items()])))
+    composed = to_container(compose_run_config([_override(k, v) for k, v in keys.items()]))
+    composed.pop("tracking", None)  # the runner's trackers: lm-eval logs with its own
+    return checked_run_config(composed)
 
 
 # DllmBenchLM's own keyword arguments (lm-eval's options and the likelihood settings); every other is a run key
