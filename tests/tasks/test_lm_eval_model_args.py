@@ -69,6 +69,7 @@ def test_every_option_of_every_group_is_reachable(group):
     ("cache=dllm,refresh_interval=4", "refresh_interval=4 is not allowed: unknown key at the top level"),
     ("cache=nope", f"cache='nope' is not allowed: choose one of {', '.join(options('cache'))} (files in conf/cache/)"),
     ("limit=5", "limit=5 is not allowed: lm-eval's own options choose the documents"),
+    ("tracking=mlflow", "tracking='mlflow' is not allowed: under lm-eval, log with lm-eval's own trackers"),
     ("model=GSAI-ML/LLaDA-8B-Instruct", "the checkpoint itself goes in pretrained="),
 ])
 def test_bad_model_args_are_one_line(model_args, message):
