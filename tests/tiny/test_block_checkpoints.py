@@ -28,7 +28,8 @@ def test_shipped_block_checkpoint_is_the_format_trained_and_small(fmt):
     assert isinstance(model, type(architecture_of(raw).network(architecture_of(raw).parse(raw, ""))))
     assert model.config.attention == "block_causal"
     log = json.loads((directory / "train_log.json").read_text())
-    assert log["config"]["flavour"] == fmt and log["curve"][-1]["loss"] < log["curve"][0]["loss"] / 4
+    first = (log.get("init_log") or log)["curve"][0]["loss"]  # from random init (stage 1 when there are two)
+    assert log["config"]["flavour"] == fmt and log["curve"][-1]["loss"] < first / 4
     assert (directory / "MODEL_CARD.md").read_text() == render(fmt)
     results = json.loads((directory / "eval_results_block.json").read_text())["results"]
     assert {r["early_stop"] for r in results} == {True, False} and all(r["puzzles"] >= 100 for r in results)
