@@ -63,12 +63,12 @@ SHIPPED_RECIPE = {
     # 8 experts of 192, top 2: the active MLP width (384) and active parameters (0.88 M) of tiny_llada's
     "llada_moe": {"stage1_steps": 1000, "steps": 3500, "d_model": 128, "mlp_hidden_size": 192},
     # block diffusion (the block objective, `objective.block_diffusion_batch`); llada2: 8 experts top 2 of 48 each.
-    # The shipped ones ran with --n-layers 3 --batch-size 32 --lr 0.002 --warmup-steps 30, and fast_dllm_v2 / llada2
-    # then a second run from those weights (--stage1-steps 0 --init-from DIR --steps 700|500 --lr 0.001
-    # --warmup-steps 20): the exact commands are in their MODEL_CARD.md
+    # The shipped ones ran with --n-layers 3 --batch-size 32 --lr 0.002 --warmup-steps 30, and fast_dllm_v2 then a
+    # second run from those weights (--stage1-steps 0 --init-from DIR --steps 700 --lr 0.001 --warmup-steps 20):
+    # the exact commands are in their MODEL_CARD.md
     "fast_dllm_v2": {"stage1_steps": 0, "steps": 700, "d_model": 64, "mlp_hidden_size": 192},
     "sdar": {"stage1_steps": 0, "steps": 700, "d_model": 64, "mlp_hidden_size": 192},
-    "llada2": {"stage1_steps": 0, "steps": 500, "d_model": 64, "mlp_hidden_size": 96},
+    "llada2": {"stage1_steps": 0, "steps": 2000, "d_model": 64, "mlp_hidden_size": 96},
 }
 # the block-diffusion flavours' block size (config bd_size / block_size) when --block-size is not given
 SHIPPED_BLOCK_SIZE = {"fast_dllm_v2": 4, "sdar": 4, "llada2": 4}
