@@ -97,7 +97,8 @@ def _training_lines(log: dict) -> list[str]:
     wall, cpu = sum(r["wall_seconds"] for r in runs), sum(r["cpu_seconds"] for r in runs)
     return [f"- {name}: {_run_line(r)}." for name, r in zip(names, runs)] + [
         f"- Total: wall clock {wall / 60:.1f} min, CPU time of the training process{'es' if len(runs) > 1 else ''} "
-        f"{cpu / 60:.1f} min (the 2-core machine was shared with other jobs: the wall clock is mostly waiting)."]
+        f"{cpu / 60:.1f} min" + (" (the 2-core machine was shared with other jobs: the wall clock is mostly waiting)."
+                                  if cpu < wall / 2 else ".")]
 
 
 def render(fmt: str) -> str:
