@@ -55,7 +55,7 @@ def cell_digits(tokenizer, cell_ids: torch.Tensor) -> np.ndarray:
 
 
 def posterior_answer_targets(tokenizer, puzzles: list[str], answers: torch.Tensor, masked: torch.Tensor,
-                             vocab_size: int) -> torch.Tensor:
+                             vocab_size: int, answer_blocks: torch.Tensor | None = None) -> torch.Tensor:
     """Soft targets [B, G, V]: for the 16 cells, the exact posterior digit marginals given the clues and the
     answer cells left unmasked (all valid completions equally likely, as in the training data); for the end
     tokens, the answer token itself.
@@ -63,14 +63,21 @@ def posterior_answer_targets(tokenizer, puzzles: list[str], answers: torch.Tenso
     Cross-entropy against these equals the expected cross-entropy against the sampled completion given the
     noisy input (the answer is a uniformly random valid completion), so the objective is LLaDA's in
     expectation with the sampling noise of the completion removed (a Rao-Blackwellised estimator).
+    ``answer_blocks`` [G] (block diffusion): a cell of block b sees the unmasked cells of its block and every cell
+    of the blocks before it, none after; its posterior is taken given those.
     """
     targets = torch.nn.functional.one_hot(answers, vocab_size).to(torch.float32)
     digit_ids = torch.tensor(tokenizer.convert_tokens_to_ids(list(DIGITS)))
-    known = np.stack([parse_puzzle(p) for p in puzzles]).astype(np.int64)
-    visible = (~masked[:, :CELLS]).numpy()
-    known = np.where(known > 0, known, np.where(visible, cell_digits(tokenizer, answers[:, :CELLS]), 0))
-    marginals = torch.from_numpy(completion_marginals(known)).to(torch.float32)  # [B, 16, 4]
+    clues = np.stack([parse_puzzle(p) for p in puzzles]).astype(np.int64)
+    digits = cell_digits(tokenizer, answers[:, :CELLS])
+    unmasked = ~masked[:, :CELLS]
     cell_targets = torch.zeros(len(puzzles), CELLS, vocab_size)
-    cell_targets[:, :, digit_ids] = marginals
+    cell_blocks = torch.zeros(CELLS, dtype=torch.long) if answer_blocks is None else answer_blocks[:CELLS]
+    for block in cell_blocks.unique():
+        seen = (cell_blocks < block) | (unmasked & (cell_blocks == block))  # [B, 16]
+        known = np.where(clues > 0, clues, np.where(seen.numpy(), digits, 0))
+        marginals = torch.from_numpy(completion_marginals(known)).to(torch.float32)  # [B, 16, 4]
+        mine = cell_blocks == block
+        cell_targets[:, mine.nonzero()[:, 0][:, None], digit_ids] = marginals[:, mine]
     targets[:, :CELLS] = cell_targets
     return targets

@@ -38,9 +38,21 @@ import torch
 
 from dllm_bench.models import DiffusionLM
 from dllm_bench.tasks.sudoku_puzzles import PUZZLE_KINDS, load_test_set, puzzle_stream
-from dllm_bench.tiny.encoding import DEFAULT_GEN_LENGTH, encode_batch, posterior_answer_targets
-from dllm_bench.tiny.model_setup import FLAVOURS, build_tiny_model, build_tiny_tokenizer, save_tiny_checkpoint
-from dllm_bench.tiny.objective import load_balancing_loss, mask_answers, masked_diffusion_loss
+from dllm_bench.tiny.encoding import DEFAULT_GEN_LENGTH, encode_batch, posterior_answer_targets, prompt_ids
+from dllm_bench.tiny.model_setup import (
+    BLOCK_FORMATS,
+    FLAVOURS,
+    build_tiny_model,
+    build_tiny_tokenizer,
+    save_tiny_checkpoint,
+)
+from dllm_bench.tiny.objective import (
+    block_diffusion_batch,
+    block_noise,
+    load_balancing_loss,
+    mask_answers,
+    masked_diffusion_loss,
+)
 
 CHECKPOINT_ROOT = Path(__file__).parent / "checkpoints"
 STATE_ROOT = Path("outputs") / "tiny_train"
@@ -50,7 +62,16 @@ SHIPPED_RECIPE = {
     "dream": {"stage1_steps": 600, "steps": 3100, "d_model": 160, "mlp_hidden_size": 480},
     # 8 experts of 192, top 2: the active MLP width (384) and active parameters (0.88 M) of tiny_llada's
     "llada_moe": {"stage1_steps": 1000, "steps": 3500, "d_model": 128, "mlp_hidden_size": 192},
+    # block diffusion (the block objective, `objective.block_diffusion_batch`); llada2: 8 experts top 2 of 48 each.
+    # The shipped ones ran with --n-layers 3 --batch-size 32 --lr 0.002 --warmup-steps 30, and fast_dllm_v2 then a
+    # second run from those weights (--stage1-steps 0 --init-from DIR --steps 700 --lr 0.001 --warmup-steps 20):
+    # the exact commands are in their MODEL_CARD.md
+    "fast_dllm_v2": {"stage1_steps": 0, "steps": 700, "d_model": 64, "mlp_hidden_size": 192},
+    "sdar": {"stage1_steps": 0, "steps": 700, "d_model": 64, "mlp_hidden_size": 192},
+    "llada2": {"stage1_steps": 0, "steps": 2000, "d_model": 64, "mlp_hidden_size": 96},
 }
+# the block-diffusion flavours' block size (config bd_size / block_size) when --block-size is not given
+SHIPPED_BLOCK_SIZE = {"fast_dllm_v2": 4, "sdar": 4, "llada2": 4}
 TARGET_KINDS = ("posterior", "sample")
 # stage 1 (from random init, minimal puzzles) of the shipped recipe; the other settings are shared with stage 2
 STAGE1_OVERRIDES = {"puzzles": "minimal", "lr": 2e-3, "warmup_steps": 100, "init_from": None, "stage1_steps": 0}
@@ -89,13 +110,17 @@ class TrainConfig:
     num_experts_per_tok: int = 2  # llada_moe only
     # weight of the routers' load-balancing loss (llada_moe only; the published config class's default 0.01)
     router_aux_loss_coef: float = 0.01
+    # llada2: the auxiliary-loss-free balancing its config names (moe_router_enable_expert_bias): after each step every
+    # MoE layer's expert bias moves by this much towards balance (up for under-used experts, down for over-used)
+    expert_bias_update_rate: float = 1e-3
+    block_size: int | None = None  # block-diffusion flavours: the model's block (default SHIPPED_BLOCK_SIZE)
     # LLaDA schema's include_qkv_bias (Dream always has q/k/v biases): without them the seed-0 LLaDA run sat on
     # a loss plateau (0 % solved at step 800) where the same run with them learnt as fast as Dream (docs/tiny.md)
     llada_qkv_bias: bool = True
     threads: int = 2
     log_every: int = 25
     save_every: int = 200
-    monitor_every: int = 400
+    monitor_every: int = 400  # 0: no monitor
     monitor_puzzles: int = 128  # held-out puzzles decoded one cell per step during training (monitoring only)
 
     def __post_init__(self) -> None:
@@ -111,6 +136,10 @@ class TrainConfig:
         for name, value in SHIPPED_RECIPE[self.flavour].items():
             if getattr(self, name) is None:
                 setattr(self, name, value)
+        if self.block_size is None:
+            self.block_size = SHIPPED_BLOCK_SIZE.get(self.flavour, 0)
+        if self.flavour in BLOCK_FORMATS and self.block_size < 1:
+            raise ValueError(f"block_size={self.block_size}: flavour {self.flavour!r} needs a positive block size")
         if min(self.answer_lengths) < 17:
             raise ValueError(f"answer_lengths {self.answer_lengths}: each must be >= 17 (16 digits + end token)")
         if self.steps < 1 or self.batch_size < 1:
@@ -160,6 +189,29 @@ def _record_router_logits(model: DiffusionLM) -> list[torch.Tensor]:
     return logits
 
 
+def _record_expert_loads(model: DiffusionLM) -> dict[int, torch.Tensor]:
+    """Per LLaDA2 MoE layer, the count of tokens routed to each expert [E] in the forwards that build a graph."""
+    loads: dict[int, torch.Tensor] = {}
+
+    for i, layer in enumerate(model.layers):
+        if getattr(layer, "is_moe", False):
+            def keep(module: torch.nn.Module, args: tuple, out: tuple, i: int = i) -> None:
+                if torch.is_grad_enabled():
+                    count = torch.bincount(out[0].flatten(), minlength=module.expert_bias.shape[0])
+                    loads[i] = loads.get(i, 0) + count
+            layer.gate.register_forward_hook(keep)
+    return loads
+
+
+@torch.no_grad()
+def _update_expert_bias(model: DiffusionLM, loads: dict[int, torch.Tensor], rate: float) -> None:
+    """Auxiliary-loss-free balancing: each expert's bias += rate * sign(mean load - its load); loads cleared."""
+    for i, load in loads.items():
+        load = load.float()
+        model.layers[i].gate.expert_bias += rate * torch.sign(load.mean() - load)
+    loads.clear()
+
+
 def _save_state(path: Path, model: DiffusionLM, opt: torch.optim.Optimizer, step: int, log: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -178,9 +230,11 @@ def train(cfg: TrainConfig, out_dir: Path, state_path: Path, resume: bool = Fals
     model = build_tiny_model(cfg.flavour, tokenizer, d_model=cfg.d_model, n_layers=cfg.n_layers,
                              n_heads=cfg.n_heads, mlp_hidden_size=cfg.mlp_hidden_size,
                              llada_qkv_bias=cfg.llada_qkv_bias, num_experts=cfg.num_experts,
-                             num_experts_per_tok=cfg.num_experts_per_tok)
+                             num_experts_per_tok=cfg.num_experts_per_tok, block_size=cfg.block_size)
     init_weights(model, cfg.n_layers)
-    router_logits = _record_router_logits(model)
+    block_objective = cfg.flavour in BLOCK_FORMATS
+    router_logits = _record_router_logits(model) if cfg.flavour == "llada_moe" else []
+    expert_loads = _record_expert_loads(model) if cfg.flavour == "llada2" else {}
     init_log = None
     if cfg.init_from:
         from dllm_bench.models import load_model
@@ -209,28 +263,42 @@ def train(cfg: TrainConfig, out_dir: Path, state_path: Path, resume: bool = Fals
         print(f"resumed at step {start_step}", flush=True)
 
     stream = puzzle_stream(cfg.seed, "train", cfg.puzzles)
+    stream_for_length = puzzle_stream(cfg.seed, "test", cfg.puzzles)
     length_rng = random.Random(cfg.seed + 1)
     gen = torch.Generator().manual_seed(cfg.seed + 2)
+    prompt_length = len(prompt_ids(tokenizer, next(stream_for_length)[0]))  # one length for every puzzle
     for _ in range(start_step):  # replay the data and noise streams so a resumed run sees the same batches
         g_len = length_rng.choice(cfg.answer_lengths)
         for _ in range(cfg.batch_size):
             next(stream)
-        torch.rand(cfg.batch_size, 1, generator=gen)
-        torch.rand(cfg.batch_size, g_len, generator=gen)
+        if block_objective:
+            block_noise(cfg.batch_size, prompt_length, g_len, cfg.block_size, cfg.eps, gen)
+        else:
+            torch.rand(cfg.batch_size, 1, generator=gen)
+            torch.rand(cfg.batch_size, g_len, generator=gen)
     monitor_rows = load_test_set()[:cfg.monitor_puzzles]
 
     tokens_seen, t_last, loss_acc, aux_acc, n_acc = 0, time.time(), 0.0, 0.0, 0
     t_run, wall_before = time.time(), log.get("wall_seconds", 0.0)  # wall clock incl. monitors and saves
+    cpu_run, cpu_before = time.process_time(), log.get("cpu_seconds", 0.0)  # this process's CPU time, all threads
     for step in range(start_step, cfg.steps if stop_at is None else min(stop_at, cfg.steps)):
         t0 = time.time()
         g_len = length_rng.choice(cfg.answer_lengths)
         batch = [next(stream) for _ in range(cfg.batch_size)]
         prompts, answers = encode_batch(tokenizer, mcfg, [b[0] for b in batch], [b[1] for b in batch], g_len)
-        noisy, masked, p_mask = mask_answers(answers, mcfg.mask_token_id, cfg.eps, gen)
-        p_len = prompts.shape[1]
-        logits = model(torch.cat([prompts, noisy], dim=1), logits_range=(p_len, p_len + g_len))
+        answer_blocks = None
+        if block_objective:
+            bd = block_diffusion_batch(prompts, answers, mcfg.mask_token_id, cfg.block_size, cfg.eps, gen)
+            masked, p_mask, answer_blocks = bd.masked, bd.p_mask, bd.answer_blocks
+            raw = model(bd.input_ids, position_ids=bd.position_ids, raw_logits=True,
+                        query_key_mask=bd.pair_mask.expand(cfg.batch_size, -1, -1))
+            logits = raw[:, bd.logit_sources(mcfg.shift_logits)]
+        else:
+            noisy, masked, p_mask = mask_answers(answers, mcfg.mask_token_id, cfg.eps, gen)
+            p_len = prompts.shape[1]
+            logits = model(torch.cat([prompts, noisy], dim=1), logits_range=(p_len, p_len + g_len))
         targets = answers if cfg.targets == "sample" else posterior_answer_targets(
-            tokenizer, [b[0] for b in batch], answers, masked, mcfg.vocab_size)
+            tokenizer, [b[0] for b in batch], answers, masked, mcfg.vocab_size, answer_blocks)
         loss = masked_diffusion_loss(logits, targets, masked, p_mask)
         total = loss
         if router_logits:
@@ -244,6 +312,8 @@ def train(cfg: TrainConfig, out_dir: Path, state_path: Path, resume: bool = Fals
         total.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
+        if expert_loads:
+            _update_expert_bias(model, expert_loads, cfg.expert_bias_update_rate)
         log["train_seconds"] += time.time() - t0
         tokens_seen += prompts.numel() + answers.numel()
         loss_acc, n_acc = loss_acc + loss.item(), n_acc + 1
@@ -258,7 +328,7 @@ def train(cfg: TrainConfig, out_dir: Path, state_path: Path, resume: bool = Fals
             log["curve"].append(entry)
             print(json.dumps(entry), flush=True)
             tokens_seen, t_last, loss_acc, aux_acc, n_acc = 0, now, 0.0, 0.0, 0
-        if done % cfg.monitor_every == 0 or done == cfg.steps:
+        if cfg.monitor_every and (done % cfg.monitor_every == 0 or done == cfg.steps):
             model.eval()
             rates = monitor_solve_rates(model, monitor_rows, DEFAULT_GEN_LENGTH)
             model.train()
@@ -266,6 +336,7 @@ def train(cfg: TrainConfig, out_dir: Path, state_path: Path, resume: bool = Fals
             print(json.dumps(log["monitor"][-1]), flush=True)
         if done % cfg.save_every == 0 or done in (cfg.steps, stop_at):
             log["wall_seconds"] = round(wall_before + time.time() - t_run, 1)
+            log["cpu_seconds"] = round(cpu_before + time.process_time() - cpu_run, 1)
             save_tiny_checkpoint(model, tokenizer, out_dir, log)
             _save_state(state_path, model, opt, done, log)
     return log
@@ -283,9 +354,12 @@ def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, Path, Path, 
     for name in ("seed", "batch_size", "n_layers", "n_heads", "threads", "num_experts", "num_experts_per_tok",
                  "save_every", "monitor_every", "monitor_puzzles", "log_every", "warmup_steps"):
         ap.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name))
+    ap.add_argument("--block-size", type=int, default=None,
+                    help="block-diffusion flavours' block size, default " + ", ".join(
+                        f"{f} {b}" for f, b in SHIPPED_BLOCK_SIZE.items()))
     ap.add_argument("--targets", choices=TARGET_KINDS, default=defaults.targets,
                     help="loss targets of the open cells: 'posterior' (default) or 'sample'")
-    for name in ("lr", "weight_decay", "eps", "router_aux_loss_coef"):
+    for name in ("lr", "weight_decay", "eps", "router_aux_loss_coef", "expert_bias_update_rate"):
         ap.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(defaults, name))
     ap.add_argument("--llada-qkv-bias", action=argparse.BooleanOptionalAction, default=defaults.llada_qkv_bias,
                     help="LLaDA schema's include_qkv_bias (default: on)")
