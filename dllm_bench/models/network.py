@@ -213,6 +213,7 @@ class DiffusionLM(nn.Module):
         self.lm_head = Linear(config.d_model, config.vocab_size, bias=False)
         self.tokenizer: Any = None  # set by load_model
         self._rope_memo: tuple[torch.Tensor, torch.Tensor, torch.Tensor, bool] | None = None
+        self.layer_stack = self.run_layers  # compile_network puts the compiled stack here
         speak_dense_names(self)
         if config.tie_embeddings:
             tie_head(self)
@@ -294,10 +295,16 @@ class DiffusionLM(nn.Module):
             h = torch.where(where[:, sl, None].to(h.device), embeds[:, sl].to(h), h)
         if cache is not None:
             cache.begin(input_ids, q_lo, s, read_only=start - q_lo)
-        for i, block in enumerate(self.layers):
-            h = block(h, ctx) if cache is None else cache.run_layer(i, block, h, ctx)
+        h = self.layer_stack(h, ctx, cache)
 
         return self._logits(h, q_lo, start, start + t, attention_mask, logits_range, logits_at, shift)
+
+    def run_layers(self, h: torch.Tensor, ctx: LayerContext, cache: Any = None) -> torch.Tensor:
+        """The residual stream [B, T, d] after every layer (through ``cache.run_layer`` when given): the part of a
+        forward whose shapes are fixed per block, which :func:`.compiled.compile_network` compiles."""
+        for i, block in enumerate(self.layers):
+            h = block(h, ctx) if cache is None else cache.run_layer(i, block, h, ctx)
+        return h
 
     def _logits(self, h: torch.Tensor, q_lo: int, lo: int, hi: int, attention_mask: torch.Tensor | None,
                 logits_range: tuple[int, int] | None, logits_at: tuple[torch.Tensor, torch.Tensor] | None,
@@ -365,8 +372,7 @@ class DiffusionLM(nn.Module):
             rows_embeds = embeds.to(h).gather(1, query[..., None].expand(-1, -1, embeds.shape[-1]))
             h = torch.where(pick[..., None], rows_embeds, h)
         cache.begin(input_ids, 0, s, positions=query)
-        for i, block in enumerate(self.layers):
-            h = cache.run_layer(i, block, h, ctx)
+        h = self.layer_stack(h, ctx, cache)
         if logits_at is None and not self.config.shift_logits:
             return self.head(h.reshape(b * t, -1)).view(b, t, -1)
         if logits_at is not None:

@@ -116,4 +116,4 @@ SANDBOX_COLUMNS = (*(f"sandbox_{s}" for s in STATUSES), PUBLISHED_ONLY)
 TIMING_PASS_COLUMNS = ("timing_batch_size", "timing_n_samples", "timing_tokens_total", "timing_tokens_per_s",
                        "timing_latency_s_mean", "timing_wall_time_s_total", "timing_agreement")
 RUN_INFO_COLUMNS = ("task_docs", "world_size", "device_name", "server_url", "server_model", "cpu_count",
-                    "num_threads_used", "load_avg_start", "load_avg_end", "machine_loaded", "git_commit", "started_at", "finished_at")
+                    "num_threads_used", "compile_warmup_s", "compile_timed_s", "load_avg_start", "load_avg_end", "machine_loaded", "git_commit", "started_at", "finished_at")
