@@ -81,6 +81,15 @@ def best_of(model, ids, make, repeats: int) -> tuple[float, list[list[int]], lis
     return min(r[0] for r in runs), runs[0][1], runs[0][2]
 
 
+def write(rows: list[dict], args: argparse.Namespace, device: torch.device, out: Path) -> pd.DataFrame:
+    frame = pd.DataFrame(rows)
+    frame["mode"], frame["threads"], frame["torch"] = args.mode, args.threads, torch.__version__
+    frame["device"] = (torch.cuda.get_device_name(device) if device.type == "cuda"
+                       else platform.processor() or "cpu")
+    frame.to_csv(out / f"compiled_steps_{device.type}.csv", index=False)
+    return frame
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cpu")
@@ -97,7 +106,7 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    rows = []
+    rows, frame = [], pd.DataFrame(columns=["tokens_equal", "nfe_equal"])
     for name in args.models:
         model, setting = build(name, device, args.mid_answer)
         eager_stack = model.layer_stack
@@ -127,11 +136,7 @@ def main() -> int:
                            load_average_1m=round(load, 2), load_average_1m_end=round(os.getloadavg()[0], 2))
                 rows.append(row)
                 print(row, flush=True)
-    frame = pd.DataFrame(rows)
-    frame["mode"], frame["threads"], frame["torch"] = args.mode, args.threads, torch.__version__
-    frame["device"] = (torch.cuda.get_device_name(device) if device.type == "cuda"
-                       else platform.processor() or "cpu")
-    frame.to_csv(out / f"compiled_steps_{device.type}.csv", index=False)
+                frame = write(rows, args, device, out)  # after every row: a stopped run keeps what it measured
     print(frame.to_string(index=False))
     if not (frame["tokens_equal"].all() and frame["nfe_equal"].all()):
         print("bench_compile: the compiled decode's tokens or NFE differ from eager's", file=sys.stderr)

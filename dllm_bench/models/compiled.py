@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 import torch._dynamo.utils
+import torch._inductor.config
 
 # model.compile's values: False (eager, the default: ModelSettings.compile) or a torch.compile mode
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
@@ -48,6 +49,8 @@ class CompiledLayers:
         # inductor takes a mode; another backend (the tests' "eager": tracing only) takes none
         options = {"mode": mode} if backend == "inductor" else {}
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
+        # fused bf16/fp16 kernels round every intermediate to the dtype, as the eager ops do (not float32 inside)
+        torch._inductor.config.emulate_precision_casts = True
         self.fn = torch.compile(model.run_layers, backend=backend, fullgraph=fullgraph, **options)
         self.mode, self.backend = mode, backend
         self.compile_s = 0.0  # seconds of the calls that compiled (their run included)
