@@ -305,7 +305,7 @@ def compiled_speed(model, stack: CompiledLayers, batch: int, prompt: int, gen: i
     compile_s = 0.0
     try:
         for path in ("eager", "compiled"):
-            network.layer_stack = stack if path == "compiled" else network.run_layers
+            network.layer_stack = stack if path == "compiled" else None  # None: eager
             with torch.no_grad():
                 before = stack.compile_s
                 decode(model, ids, mask, gen, block)
@@ -317,7 +317,7 @@ def compiled_speed(model, stack: CompiledLayers, batch: int, prompt: int, gen: i
             timed[path] = (time.perf_counter() - t) / max(r.nfe for r in out.records)
             tokens[path] = out.tokens
     finally:
-        network.layer_stack = network.run_layers
+        network.layer_stack = None
     return dict(mode=stack.mode, batch=batch, padded=padded, nfe=max(r.nfe for r in out.records),
                 eager_ms_per_step=round(timed["eager"] * 1e3, 2),
                 compiled_ms_per_step=round(timed["compiled"] * 1e3, 2),

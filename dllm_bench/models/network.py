@@ -203,6 +203,9 @@ class DiffusionLM(nn.Module):
     # from 12 rows up are the bits of the whole canvas's product (tests/models/test_linear.py); other BLAS
     # libraries (cuBLAS) pick kernels by shape, so there they agree to rounding only
     head_min_rows = 16
+    # what runs the layers: None = run_layers (eager); compile_network puts the compiled stack here (a class
+    # default, so the MoE and LLaDA2 networks, which skip this __init__, have it too)
+    layer_stack: Any = None
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -213,7 +216,6 @@ class DiffusionLM(nn.Module):
         self.lm_head = Linear(config.d_model, config.vocab_size, bias=False)
         self.tokenizer: Any = None  # set by load_model
         self._rope_memo: tuple[torch.Tensor, torch.Tensor, torch.Tensor, bool] | None = None
-        self.layer_stack = self.run_layers  # compile_network puts the compiled stack here
         speak_dense_names(self)
         if config.tie_embeddings:
             tie_head(self)
@@ -295,7 +297,7 @@ class DiffusionLM(nn.Module):
             h = torch.where(where[:, sl, None].to(h.device), embeds[:, sl].to(h), h)
         if cache is not None:
             cache.begin(input_ids, q_lo, s, read_only=start - q_lo)
-        h = self.layer_stack(h, ctx, cache)
+        h = (self.layer_stack or self.run_layers)(h, ctx, cache)
 
         return self._logits(h, q_lo, start, start + t, attention_mask, logits_range, logits_at, shift)
 
@@ -372,7 +374,7 @@ class DiffusionLM(nn.Module):
             rows_embeds = embeds.to(h).gather(1, query[..., None].expand(-1, -1, embeds.shape[-1]))
             h = torch.where(pick[..., None], rows_embeds, h)
         cache.begin(input_ids, 0, s, positions=query)
-        h = self.layer_stack(h, ctx, cache)
+        h = (self.layer_stack or self.run_layers)(h, ctx, cache)
         if logits_at is None and not self.config.shift_logits:
             return self.head(h.reshape(b * t, -1)).view(b, t, -1)
         if logits_at is not None:
