@@ -16,7 +16,11 @@ and one batch-32 decode at prompt 1024 / gen 256, each with its peak allocated a
 batch size). Then the tiny checkpoints (read without the safetensors package, decoded from token ids: no
 tokenizer) in float32 and bfloat16 against the tokens recorded on the CPU (tests/fixtures/gpu_check_tiny_tokens.json).
 
-Writes gpu_forward_<shape>.csv, gpu_sdpa_<shape>.csv, gpu_generate_<shape>.csv (always with their header) and
+Beside eager, per shape: the same generate with the layer stack compiled (``--compile``, reduce-overhead = CUDA graphs on
+a GPU; models/compiled.py) at ``--compile-batches``, unpadded and padded, each after a warm-up decode of its shapes:
+ms per step of both, the compile seconds, the answer tokens they agree on (gpu_compiled_<shape>.csv).
+
+Writes gpu_forward_<shape>.csv, gpu_sdpa_<shape>.csv, gpu_generate_<shape>.csv, gpu_compiled_<shape>.csv (always with their header) and
 gpu_summary.json under --out. Imports only torch, numpy, pandas and this repo.
 
 Usage:  PYTHONPATH=. python3 scripts/gpu_check.py --out results/bench          (a GPU machine, under 8 minutes)
@@ -52,6 +56,7 @@ from dllm_bench.decoding import (  # noqa: E402
 )
 from dllm_bench.machine import fingerprint, kernel_width  # noqa: E402
 from dllm_bench.models import DiffusionLM, FeatureCache, KVCache  # noqa: E402
+from dllm_bench.models.compiled import COMPILE_MODES, CompiledLayers  # noqa: E402
 from dllm_bench.models.config import ModelConfig  # noqa: E402
 from dllm_bench.models.random_weights import random_network  # noqa: E402
 
@@ -82,6 +87,9 @@ FORWARD_COLUMNS = ["shape", "cache", "mask", "batch", "prompt", "answer", "block
 SDPA_COLUMNS = ["shape", "call", "mask", "batch", "queries", "keys", "default", "backend", "accepted", "ms"]
 GENERATE_COLUMNS = ["shape", "batch", "padded", "prompt", "answer", "block", "wall_s", "nfe", "tokens_per_s",
                     "ms_per_step", "peak_gib", "peak_reserved_gib"]
+# eager against the compiled layer stack (model.compile; dllm_bench/models/compiled.py), per batch
+COMPILED_COLUMNS = ["shape", "mode", "batch", "padded", "nfe", "eager_ms_per_step", "compiled_ms_per_step", "speedup",
+                    "compile_s", "token_agreement"]
 BACKEND_OPS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION",
                "math": "MATH"}
 # (name, flavour, policy, policy params, rule, rule params, cache, block) of the tiny checkpoints' decodes
@@ -285,6 +293,38 @@ def generate_speed(model: DiffusionLM, batch: int, prompt: int, gen: int, block:
                 peak_gib=peak_gib(device), peak_reserved_gib=peak_reserved_gib(device))
 
 
+def compiled_speed(model, stack: CompiledLayers, batch: int, prompt: int, gen: int, block: int,
+                   padded: bool) -> dict:
+    """The same decode (threshold 0.9, dual cache) eager and with the compiled layer ``stack``, each after a
+    warm-up decode of the same shapes (the compiled one's compiles them: ``compile_s``); ms per step of each and
+    the share of answer tokens they agree on (bf16 kernels may round differently)."""
+    network = model.model if isinstance(model, DeadlineNetwork) else model
+    lengths = [max(prompt - 7 * i, 1) for i in range(batch)] if padded else [prompt] * batch
+    ids, mask = padded_prompts(network, lengths, seed=batch)
+    timed, tokens = {}, {}
+    compile_s = 0.0
+    try:
+        for path in ("eager", "compiled"):
+            network.layer_stack = stack if path == "compiled" else None  # None: eager
+            with torch.no_grad():
+                before = stack.compile_s
+                decode(model, ids, mask, gen, block)
+                compile_s = stack.compile_s - before
+                sync(network.device)
+                t = time.perf_counter()
+                out = decode(model, ids, mask, gen, block)
+                sync(network.device)
+            timed[path] = (time.perf_counter() - t) / max(r.nfe for r in out.records)
+            tokens[path] = out.tokens
+    finally:
+        network.layer_stack = None
+    return dict(mode=stack.mode, batch=batch, padded=padded, nfe=max(r.nfe for r in out.records),
+                eager_ms_per_step=round(timed["eager"] * 1e3, 2),
+                compiled_ms_per_step=round(timed["compiled"] * 1e3, 2),
+                speedup=round(timed["eager"] / timed["compiled"], 3), compile_s=round(compile_s, 1),
+                token_agreement=round(float((tokens["eager"] == tokens["compiled"]).float().mean()), 4))
+
+
 def batch_agreement(model: DiffusionLM, lengths: list[int], gen: int, block: int) -> float:
     """Share of answer tokens equal between one left-padded batched decode and each prompt decoded alone."""
     ids, mask = padded_prompts(model, lengths, seed=7)
@@ -352,6 +392,16 @@ def check_shape(shape: str, args, device: torch.device, dtype: torch.dtype, dead
             if row is not None:
                 gen_rows.append(dict(shape=shape, **row))
     write_csv(gen_rows, GENERATE_COLUMNS, out / f"gpu_generate_{shape}.csv")
+    compiled_rows = []
+    if args.compile != "none":
+        stack = CompiledLayers(network, args.compile)
+        for batch in args.compile_batches:
+            for padded in (False, True):
+                row = run(f"compiled {args.compile} batch {batch} padded={padded}",
+                          compiled_speed, model, stack, batch, args.prompt, args.gen, args.block, padded)
+                if row is not None:
+                    compiled_rows.append(dict(shape=shape, **row))
+    write_csv(compiled_rows, COMPILED_COLUMNS, out / f"gpu_compiled_{shape}.csv")
     big = run(f"decode batch {args.big_batch} prompt {args.big_prompt} gen {args.big_gen}",
               generate_speed, model, args.big_batch, args.big_prompt, args.big_gen, args.block,
               padded=True)
@@ -361,7 +411,7 @@ def check_shape(shape: str, args, device: torch.device, dtype: torch.dtype, dead
     agreement = run("batched vs alone agreement", batch_agreement, model, lengths, args.gen, args.block)
     if agreement is not None:
         summary["batched_vs_alone_token_agreement"] = round(agreement, 4)
-    summary["forward"], summary["generate"] = rows, gen_rows
+    summary["forward"], summary["generate"], summary["compiled"] = rows, gen_rows, compiled_rows
     summary["sdpa_default"] = sorted({(r["call"], r["mask"], r["batch"], r["default"]) for r in sdpa})
     summary["peak_memory_gib"], summary["peak_reserved_gib"] = peak_gib(device), peak_reserved_gib(device)
     summary["phase_s"] = round(time.perf_counter() - t0, 1)
@@ -555,6 +605,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--big-prompt", type=int, default=1024)
     ap.add_argument("--big-gen", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--compile", choices=["none", *COMPILE_MODES], default=None,
+                    help="time generate eager and with the layer stack compiled in this mode, side by side "
+                         "(default reduce-overhead on CUDA, none elsewhere)")
+    ap.add_argument("--compile-batches", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--agreement-rows", type=int, default=8)
     ap.add_argument("--tiny-rows", type=int, default=None, help="tiny-checkpoint prompts to decode (default all)")
     ap.add_argument("--record-tiny-reference", action="store_true",
@@ -590,6 +644,8 @@ def main(argv: list[str] | None = None) -> dict:
         record_tiny_reference()
         return {}
     device = torch.device(args.device)
+    if args.compile is None:
+        args.compile = "reduce-overhead" if device.type == "cuda" else "none"
     dtype = DTYPES[args.dtype] if args.dtype else torch.bfloat16 if device.type == "cuda" else torch.float32
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -615,6 +671,7 @@ def main(argv: list[str] | None = None) -> dict:
         print("sdpa default:", s["sdpa_default"])
         print(pd.DataFrame(s["forward"], columns=FORWARD_COLUMNS).to_string(index=False))
         print(pd.DataFrame(s["generate"], columns=GENERATE_COLUMNS).to_string(index=False))
+        print(pd.DataFrame(s["compiled"], columns=COMPILED_COLUMNS).to_string(index=False))
     print(f"total {summary['total_s']}s -> {out}")
     return summary
 

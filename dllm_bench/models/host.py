@@ -2,7 +2,8 @@
 
 On the CPU a host read (``bool``, ``.item()``, ``nonzero``, ``torch.equal``) costs nothing beyond the op, so
 some code paths use one to skip work; on an accelerator the same read waits for the device (a sync), so those
-paths take a read-free route there. :func:`accelerator_path` makes CPU tensors take the accelerator's route, so
+paths take a read-free route there, as does code being compiled (a host read would break its graph).
+:func:`accelerator_path` makes CPU tensors take the accelerator's route, so
 that the CPU tests can count its syncs and check that both routes give the same bits.
 """
 
@@ -18,7 +19,7 @@ _forced_accelerator = False
 
 def host_reads_free(device: torch.device) -> bool:
     """True where a host read of a tensor on ``device`` needs no device sync (the CPU, unless forced off)."""
-    return device.type == "cpu" and not _forced_accelerator
+    return device.type == "cpu" and not _forced_accelerator and not torch.compiler.is_compiling()
 
 
 @contextmanager

@@ -203,6 +203,9 @@ class DiffusionLM(nn.Module):
     # from 12 rows up are the bits of the whole canvas's product (tests/models/test_linear.py); other BLAS
     # libraries (cuBLAS) pick kernels by shape, so there they agree to rounding only
     head_min_rows = 16
+    # what runs the layers: None = run_layers (eager); compile_network puts the compiled stack here (a class
+    # default, so the MoE and LLaDA2 networks, which skip this __init__, have it too)
+    layer_stack: Any = None
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -294,10 +297,16 @@ class DiffusionLM(nn.Module):
             h = torch.where(where[:, sl, None].to(h.device), embeds[:, sl].to(h), h)
         if cache is not None:
             cache.begin(input_ids, q_lo, s, read_only=start - q_lo)
-        for i, block in enumerate(self.layers):
-            h = block(h, ctx) if cache is None else cache.run_layer(i, block, h, ctx)
+        h = (self.layer_stack or self.run_layers)(h, ctx, cache)
 
         return self._logits(h, q_lo, start, start + t, attention_mask, logits_range, logits_at, shift)
+
+    def run_layers(self, h: torch.Tensor, ctx: LayerContext, cache: Any = None) -> torch.Tensor:
+        """The residual stream [B, T, d] after every layer (through ``cache.run_layer`` when given): the part of a
+        forward whose shapes are fixed per block, which :func:`.compiled.compile_network` compiles."""
+        for i, block in enumerate(self.layers):
+            h = block(h, ctx) if cache is None else cache.run_layer(i, block, h, ctx)
+        return h
 
     def _logits(self, h: torch.Tensor, q_lo: int, lo: int, hi: int, attention_mask: torch.Tensor | None,
                 logits_range: tuple[int, int] | None, logits_at: tuple[torch.Tensor, torch.Tensor] | None,
@@ -365,8 +374,7 @@ class DiffusionLM(nn.Module):
             rows_embeds = embeds.to(h).gather(1, query[..., None].expand(-1, -1, embeds.shape[-1]))
             h = torch.where(pick[..., None], rows_embeds, h)
         cache.begin(input_ids, 0, s, positions=query)
-        for i, block in enumerate(self.layers):
-            h = cache.run_layer(i, block, h, ctx)
+        h = (self.layer_stack or self.run_layers)(h, ctx, cache)
         if logits_at is None and not self.config.shift_logits:
             return self.head(h.reshape(b * t, -1)).view(b, t, -1)
         if logits_at is not None:

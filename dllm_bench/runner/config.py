@@ -115,6 +115,8 @@ def compute_run_id(cfg: DictConfig | dict, identity: dict[str, Any] | None = Non
     for key in ("attention", "block_grid"):  # likewise the block-diffusion switches (None: the checkpoint's)
         if isinstance(model, dict) and model.get(key, None) is None:
             model.pop(key, None)
+    if isinstance(model, dict) and model.get("compile", False) is False:
+        model.pop("compile", None)  # eager (the default) hashes as before the switch existed
     task = data.get("task")
     scoring = task.pop("scoring", "lm_eval") if isinstance(task, dict) else "lm_eval"
     if scoring != "lm_eval" and isinstance(task, dict):

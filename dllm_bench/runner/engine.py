@@ -12,6 +12,7 @@ from PIL import Image
 
 from dllm_bench.decoding import DecodeSpec, Decoding, build_cache, build_policy, build_selector, generate
 from dllm_bench.models import load_model
+from dllm_bench.models.compiled import compile_network, compile_seconds
 from dllm_bench.models.loading import token_ids
 from dllm_bench.runner.components import build_spec
 from dllm_bench.runner.interface import Engine, Generation
@@ -21,7 +22,7 @@ from dllm_bench.runner.validate import build_task
 from dllm_bench.tasks.chat import encode_left_padded
 
 # One process often runs many configs on the same weights (in-process multirun, make demo).
-_MODELS: dict[tuple[str, str | None, str, bool | None], Any] = {}
+_MODELS: dict[tuple[str, str | None, str, bool | None, str | None, str | None, bool | str], Any] = {}
 
 
 def resolve_device(requested: str | None, ctx: DistContext) -> str:
@@ -33,12 +34,14 @@ def resolve_device(requested: str | None, ctx: DistContext) -> str:
 
 def load_cached_model(name_or_path: str, dtype: str | None, device: str,
                       rope_full_precision: bool | None = None, attention: str | None = None,
-                      block_grid: str | None = None) -> Any:
-    """`load_model` memoised per (path, dtype, device, rope_full_precision, attention, block_grid)."""
-    key = (name_or_path, dtype, device, rope_full_precision, attention, block_grid)
+                      block_grid: str | None = None, compile: bool | str = False) -> Any:
+    """`load_model` memoised per (path, dtype, device, rope_full_precision, attention, block_grid, compile); with
+    ``compile`` a torch.compile mode, its layer stack compiled (models/compiled.py)."""
+    key = (name_or_path, dtype, device, rope_full_precision, attention, block_grid, compile)
     if key not in _MODELS:
-        _MODELS[key] = load_model(name_or_path, dtype=dtype, device=device, rope_full_precision=rope_full_precision,
-                                  attention=attention, block_grid=block_grid)
+        model = load_model(name_or_path, dtype=dtype, device=device, rope_full_precision=rope_full_precision,
+                           attention=attention, block_grid=block_grid)
+        _MODELS[key] = compile_network(model, compile)
     return _MODELS[key]
 
 
@@ -83,7 +86,7 @@ class DecodingEngine(Engine):
         m = run.model
         self.device = resolve_device(m.device, ctx)
         self.model = load_cached_model(str(m.name_or_path), m.dtype, self.device, m.rope_full_precision, m.attention,
-                                       m.block_grid)
+                                       m.block_grid, m.compile)
         self.tokenizer = self.model.tokenizer
         if self.tokenizer is None:  # a hub checkpoint without one (a local one is refused by validation)
             raise FileNotFoundError(f"model {m.name_or_path!r} has no tokenizer.json beside its weights; a run "
@@ -103,6 +106,10 @@ class DecodingEngine(Engine):
             sequential = Decoding(d.gen_length, d.block_length, build_policy("blocks", steps=d.gen_length),
                                   build_selector("topk"), build_cache("none"), early_stop=d.early_stop)
             self.sequential = DecodeSpec(sequential, self.spec.sampling)
+
+    def compile_seconds(self) -> float | None:
+        """Seconds this process has spent compiling the model's layer stack (None: it runs eager)."""
+        return compile_seconds(self.model)
 
     def inputs(self, prompts: list[str], docs: list[dict]) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
         """(ids, mask, extra generate arguments): images go through the model's own `build_inputs`."""

@@ -186,14 +186,23 @@ def time_alone(engine: Engine, task: Task, doc: dict, index: int, run: RunConfig
             "latency_s": latency, "decode_time_s": gen.decode_time_s, "batch_size": 1, "rank": rank}
 
 
+def _compile_seconds(engine: Engine) -> float:
+    """Seconds the engine has spent compiling its network (0 for an eager or served one: models/compiled.py)."""
+    seconds = engine.compile_seconds()
+    return 0.0 if seconds is None else float(seconds)
+
+
 def _time_shard(engine: Engine, task: Task, all_docs: list[dict], mine: list[int], run: RunConfig,
-                store: ResultsStore, ctx: DistContext) -> None:
+                store: ResultsStore, ctx: DistContext) -> float:
     """The batch-1 timing pass over this rank's share of the timing subsample: warm up at batch 1, then one
-    row per document, appended as it ends (a killed pass resumes where it stopped)."""
+    row per document, appended as it ends (a killed pass resumes where it stopped). Returns the seconds its
+    warm-up spent compiling."""
     first = mine[0]
+    compiled = _compile_seconds(engine)
     for _ in range(run.warmup):  # batch-1 shapes: their own kernels and allocator blocks
         _seed_everything(run.seed)
         _generate(engine, task, [all_docs[first]], [first], run)
+    compiled = _compile_seconds(engine) - compiled
     log.info("batch-1 timing pass: %d documents on rank %d", len(mine), ctx.rank)
     bar = TimingProgress(len(mine), run.choices(), bool(run.progress) and ctx.is_main,
                          count_column(run.count_rule, task.scoring))
@@ -205,16 +214,20 @@ def _time_shard(engine: Engine, task: Task, all_docs: list[dict], mine: list[int
             bar.update(row)
     finally:
         bar.close()
+    return compiled
 
 
 def _decode_shard(engine: Engine, task: Task, all_docs: list[dict], mine: list[int], run: RunConfig,
-                  store: ResultsStore, ctx: DistContext, already: int, total: int) -> None:
-    """Warm up, then decode this rank's documents batch by batch, appending rows as each batch ends."""
+                  store: ResultsStore, ctx: DistContext, already: int, total: int) -> float:
+    """Warm up, then decode this rank's documents batch by batch, appending rows as each batch ends. Returns the
+    seconds its warm-up spent compiling (model.compile)."""
     bs = run.batch_size
     batches = [mine[i : i + bs] for i in range(0, len(mine), bs)]
+    compiled = _compile_seconds(engine)
     for _ in range(run.warmup):  # compiles kernels, fills allocator caches; never timed or kept
         _seed_everything(run.seed)
         decode_batch(engine, task, [all_docs[i] for i in batches[0]], batches[0], run, ctx.rank)
+    compiled = _compile_seconds(engine) - compiled
     desc = run.choices()
     if ctx.world_size > 1:  # rank 0 shows its own shard
         total, already, desc = len(mine), 0, f"{desc} [rank 0 of {ctx.world_size}]"
@@ -230,6 +243,7 @@ def _decode_shard(engine: Engine, task: Task, all_docs: list[dict], mine: list[i
             bar.update(rows)
     finally:
         bar.close()
+    return compiled
 
 
 def default_engine_factory(run: RunConfig, ctx: DistContext) -> Engine:
@@ -329,10 +343,15 @@ def execute(cfg: DictConfig | dict[str, Any], engine_factory: EngineFactory | No
             machine["num_threads_used"] = apply_num_threads(run.num_threads, str(run.model.name_or_path))
             engine = (engine_factory or default_engine_factory)(run, ctx)
             device_name = engine.device_name
+            warm = 0.0
             if mine:
-                _decode_shard(engine, task, all_docs, mine, run, store, ctx, len(selected) - len(todo), len(selected))
+                warm += _decode_shard(engine, task, all_docs, mine, run, store, ctx, len(selected) - len(todo),
+                                      len(selected))
             if mine_timed:
-                _time_shard(engine, task, all_docs, mine_timed, run, store, ctx)
+                warm += _time_shard(engine, task, all_docs, mine_timed, run, store, ctx)
+            if run.model.compile is not False:  # compile time in the warm-up, and any left in the timed batches
+                machine["compile_warmup_s"] = round(warm, 3)
+                machine["compile_timed_s"] = round(_compile_seconds(engine) - warm, 3)
         barrier(ctx)
         row = None
         if ctx.is_main:
@@ -431,6 +450,7 @@ def _finalise(run: RunConfig, run_id: str, store: ResultsStore, all_docs: list[d
                                                      "finished_at") if k in previous}}
     store.write_run_json(info)
     bookkeeping = {k: last.get(k) for k in ("cpu_count", "num_threads_used", "load_avg_start", "load_avg_end")}
+    bookkeeping.update({k: last[k] for k in ("compile_warmup_s", "compile_timed_s") if k in last})
     # a session that only merged reports the threads of the last one that decoded
     bookkeeping["num_threads_used"] = next((s["num_threads_used"] for s in reversed(timed)
                                             if s.get("num_threads_used") is not None), None)

@@ -43,6 +43,10 @@ class Engine:
         """Untimed per-batch work (e.g. the oracle's reference decode); extra arguments for `generate`."""
         return {}
 
+    def compile_seconds(self) -> float | None:
+        """Seconds spent so far compiling the network (model.compile); None where nothing is compiled."""
+        return None
+
     def generate(self, prompts: list[str], docs: list[dict], seeds: list[int], stop_strings: tuple[str, ...],
                  **extra: Any) -> list[Generation]:
         raise NotImplementedError

@@ -55,6 +55,9 @@ class ModelSettings:
     rope_full_precision: bool | None = None  # None = as the published model code (see load_model)
     attention: str | None = None  # block diffusion's switches (models/blocks.py); None = the checkpoint's
     block_grid: str | None = None
+    # the layer stack under torch.compile (models/compiled.py): false (eager) or a mode: default | reduce-overhead
+    # | max-autotune
+    compile: bool | str = False
 
 
 BACKENDS = ("local", "sglang", "openai")

@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 
 from dllm_bench.decoding.config import CACHES, POLICIES, POLICY_CLASSES, SELECTORS, builder_parameters
 from dllm_bench.models.blocks import ATTENTIONS, BLOCK_GRIDS
+from dllm_bench.models.compiled import COMPILE_MODES, cpu_compiler_missing
 from dllm_bench.models.config import MODEL_TYPES, ModelConfigError
 from dllm_bench.models.loading import parse_config
 from dllm_bench.models.lora import AdapterError, checkpoint_of, is_adapter_dir
@@ -225,6 +226,15 @@ def _check_device(device: Any) -> None:
         _fail("model.device", device, "MPS is not available on this machine; use cpu or null")
 
 
+def _check_compile(model: dict[str, Any]) -> None:
+    """model.compile: false or a torch.compile mode; on the CPU inductor needs a C++ compiler."""
+    mode = model.get("compile", False)
+    _choice("model.compile", mode, (False, *COMPILE_MODES))
+    device = str(model.get("device") or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if mode is not False and device == "cpu" and (why := cpu_compiler_missing()) is not None:
+        _fail("model.compile", mode, f"false on this machine ({why})")
+
+
 def _validate_model(model: dict[str, Any]) -> None:
     """The model group's values, before the typed config is built from them."""
     _choice("model.flavour", model.get("flavour"), FLAVOURS)
@@ -232,6 +242,7 @@ def _validate_model(model: dict[str, Any]) -> None:
     _choice("model.rope_full_precision", model.get("rope_full_precision"), (None, True, False))
     _choice("model.attention", model.get("attention"), (None, *ATTENTIONS))
     _choice("model.block_grid", model.get("block_grid"), (None, *BLOCK_GRIDS))
+    _check_compile(model)
     forbidden = model.get("forbidden_tokens") or []
     if not isinstance(forbidden, list) or not all(isinstance(t, str) and t for t in forbidden):
         _fail("model.forbidden_tokens", forbidden, "a list of token strings (looked up in the model's tokenizer)")

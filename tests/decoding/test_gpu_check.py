@@ -18,6 +18,22 @@ RECORDED = recording("gpu_check_tiny_tokens.json")
 
 
 @pytest.mark.slow
+def test_gpu_check_times_the_compiled_stack_beside_eager(load_script):
+    """compiled_speed on a one-layer LLaDA-8B shape, the stack traced by dynamo's tracing-only backend (the
+    same ops: the tokens agree exactly in float32) and put back to eager afterwards."""
+    gpu_check = load_script("gpu_check")
+    from dllm_bench.models.compiled import CompiledLayers
+
+    torch._dynamo.reset()
+    network = gpu_check.build_model("llada-8b", torch.device("cpu"), torch.float32, 1, 128)
+    stack = CompiledLayers(network, "default", backend="eager", fullgraph=True)
+    row = gpu_check.compiled_speed(network, stack, 2, 16, 8, 8, padded=True)
+    assert row["token_agreement"] == 1.0 and row["compile_s"] > 0 and row["speedup"] > 0
+    assert row["batch"] == 2 and row["padded"] and set(row) | {"shape"} == set(gpu_check.COMPILED_COLUMNS)
+    assert network.layer_stack is None  # eager again
+
+
+@pytest.mark.slow
 def test_gpu_check_runs_on_cpu_in_bf16_at_a_mid_shape(load_script, tmp_path):
     gpu_check = load_script("gpu_check")
     summary = gpu_check.main(["--device", "cpu", "--dtype", "bfloat16", "--layers", "1", "--width", "128",
@@ -39,6 +55,8 @@ def test_gpu_check_runs_on_cpu_in_bf16_at_a_mid_shape(load_script, tmp_path):
         gen = pd.read_csv(tmp_path / f"gpu_generate_{shape}.csv")
         assert list(gen["batch"]) == [1, 1, 2, 2] and list(gen["padded"]) == [False, True] * 2
         assert (gen["tokens_per_s"] > 0).all()
+        # compiled beside eager: off on the CPU by default (minutes of C++ compilation), a header-only file
+        assert list(pd.read_csv(tmp_path / f"gpu_compiled_{shape}.csv").columns) == gpu_check.COMPILED_COLUMNS
     speedups = read_speedups(tmp_path)  # what reproduce_table.py --estimate reads from these files
     assert speedups.source == "gpu" and set(speedups.by_shape) == {"dream-7b", "llada-8b", "llada-moe-7b"} and speedups.batches() == [2]
     for s in summary["shapes"]:

@@ -106,6 +106,9 @@ def test_run_id_ignores_bookkeeping_keys_only():
     assert compute_run_id(base) != compute_run_id({**base, "rule": {"name": "frechet", "delta": 0.3}})
     assert compute_run_id(base) != compute_run_id({**base, "gen_length": 32})
     assert compute_run_id(base) != compute_run_id({**base, "model": {"device": "cpu"}})
+    # model.compile: eager (false) hashes as before the key existed, a compiled run is its own
+    assert compute_run_id(base) == compute_run_id({**base, "model": {"device": "cuda:0", "compile": False}})
+    assert compute_run_id(base) != compute_run_id({**base, "model": {"device": "cuda:0", "compile": "default"}})
 
 
 def test_flatten_dotted_keys():

@@ -68,7 +68,7 @@ def test_unknown_rule_name_lists_known_names(llada_overrides):
     (["+selectr=frechet"], r"selectr='frechet' is not allowed: unknown key at the top level; allowed: .*block_length.*rule"),
     (["+steps=24"], r"steps=24 is not allowed: unknown key at the top level"),
     (["+compat.factor_rule=code"], r"compat=\{'factor_rule': 'code'\} is not allowed: unknown key at the top level"),
-    (["+model.revision=main"], r"model.revision='main' is not allowed: unknown key in group 'model'; allowed: attention, block_grid, chat, device"),
+    (["+model.revision=main"], r"model.revision='main' is not allowed: unknown key in group 'model'; allowed: attention, block_grid, chat, compile, device"),
     (["+task.shots=3"], r"task.shots=3 is not allowed: unknown key for task 'sudoku'; allowed: .*num_fewshot"),
     (["+cache.layer0_always=false"], r"cache.layer0_always=False is not allowed: unknown key for cache 'none'; allowed: name$"),
     (["cache=prefix", "+cache.verify_ratio=0.5"],
@@ -82,6 +82,25 @@ def test_unknown_rule_name_lists_known_names(llada_overrides):
 ])
 def test_unknown_key_is_refused_naming_the_allowed_keys(llada_overrides, extra, match):
     rejects(llada_overrides, *extra, match=match)
+
+
+@pytest.mark.parametrize("value", ["true", "fast", "1"])
+def test_compile_takes_false_or_a_mode(llada_overrides, value):
+    rejects(llada_overrides, f"model.compile={value}",
+            match=r"model\.compile=\S+ is not allowed: (choose one of False, 'default', 'reduce-overhead', 'max-autotune'"
+                  r"|true or false or a string is required)")
+
+
+def test_compile_modes_are_accepted(llada_overrides):
+    assert check(llada_overrides).model.compile is False
+    assert check(llada_overrides, "model.compile=reduce-overhead").model.compile == "reduce-overhead"
+
+
+def test_compile_on_the_cpu_needs_a_cpp_compiler(llada_overrides, monkeypatch):
+    monkeypatch.setattr("dllm_bench.runner.validate.cpu_compiler_missing", lambda: "no C++ compiler here")
+    rejects(llada_overrides, "model.compile=default", "model.device=cpu",
+            match=r"model\.compile='default'.*false on this machine \(no C\+\+ compiler here\)")
+    assert check(llada_overrides, "model.device=cpu").model.compile is False
 
 
 @pytest.mark.parametrize("delta", ["1.0", "-0.1", "1.5"])

@@ -1,0 +1,114 @@
+"""The compiled layer stack (models/compiled.py, ``model.compile``): no graph break on the hot path, and the same
+tokens and NFE as eager.
+
+No graph break: LLaDA and Dream with no cache, prefix and dual cache decode with the stack compiled under
+``fullgraph=True`` (which raises at a break) by dynamo's tracing-only ``eager`` backend: the graphs inductor would
+get, at the cost of tracing alone. Same decisions: inductor's kernels (the CPU's C++ ones) against eager on a few
+tiny-model puzzles per cache, float32 and bf16, and every ``current/`` golden of speed_tokens.json (exhaustive).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from dllm_bench.decoding import (
+    DecodeSpec,
+    Decoding,
+    Sampling,
+    build_cache,
+    build_policy,
+    build_selector,
+    generate,
+)
+from dllm_bench.models import load_model
+from dllm_bench.models.compiled import CompiledLayers, compile_network, compile_seconds, cpu_compiler_missing
+from dllm_bench.tasks.sudoku import SudokuTask
+from dllm_bench.tiny.encoding import DEFAULT_GEN_LENGTH, encode_batch
+
+from . import speed_reference as ref
+
+CACHES = ("none", "prefix", "dual")
+needs_cpp = pytest.mark.skipif(cpu_compiler_missing() is not None, reason="inductor's CPU kernels need a C++ compiler")
+
+
+def _model(flavour: str, dtype: str = "float32"):
+    return load_model(ref.CHECKPOINTS / f"tiny_{flavour}", device="cpu", dtype=dtype)
+
+
+def _decode(model, cache: str, puzzles: int) -> tuple[list[list[int]], list[int]]:
+    rows = SudokuTask(limit=puzzles).docs()
+    prompts, _ = encode_batch(model.tokenizer, model.config, [r["puzzle"] for r in rows],
+                              [r["solution"] for r in rows], DEFAULT_GEN_LENGTH)
+    decoding = Decoding(DEFAULT_GEN_LENGTH, ref.TINY_BLOCK, build_policy("blocks"),
+                        build_selector("threshold", threshold=0.9), build_cache(cache), early_stop=True)
+    with torch.no_grad():
+        out = generate(model, prompts, torch.ones_like(prompts), DecodeSpec(decoding, Sampling()))
+    return out.tokens.tolist(), [r.nfe for r in out.records]
+
+
+def _fresh_compiler() -> None:
+    torch._dynamo.reset()  # every case compiles its own graphs (no cache-size limit carried over)
+
+
+def _one_graph_case(flavour: str, cache: str):
+    # make test: LLaDA with dual cache (~15 s CPU), Dream's shifted span with prefix cache (slow); the rest exhaustive
+    marks = {("llada", "dual"): [], ("dream", "prefix"): [pytest.mark.slow]}.get((flavour, cache),
+                                                                                [pytest.mark.exhaustive])
+    return pytest.param(flavour, cache, marks=marks, id=f"{flavour}-{cache}")
+
+
+@pytest.mark.parametrize(("flavour", "cache"), [_one_graph_case(f, c) for f in ("llada", "dream") for c in CACHES])
+def test_layer_stack_has_no_graph_break(flavour, cache):
+    """fullgraph=True raises at the first graph break; the decode through it equals eager's."""
+    model = _model(flavour)
+    eager = _decode(model, cache, 2)
+    _fresh_compiler()
+    compile_network(model, "default", backend="eager", fullgraph=True)
+    assert _decode(model, cache, 2) == eager
+    stack = model.layer_stack
+    assert isinstance(stack, CompiledLayers) and stack.compiles >= 1 and compile_seconds(model) == stack.compile_s > 0
+    compiles = stack.compiles
+    _decode(model, cache, 2)
+    assert stack.compiles == compiles  # the same shapes again: nothing recompiled
+
+
+def test_eager_model_reports_no_compile_time():
+    model = _model("llada")
+    assert compile_network(model, False) is model and compile_seconds(model) is None
+    with pytest.raises(ValueError, match="compile mode 'fast'"):
+        compile_network(model, "fast")
+
+
+def _inductor_case(flavour: str, cache: str, dtype: str):
+    # minutes of C++ compilation each on this CPU (4 min for LLaDA without a cache at load 16): exhaustive
+    return pytest.param(flavour, cache, dtype, marks=[needs_cpp, pytest.mark.exhaustive], id=f"{flavour}-{cache}-{dtype}")
+
+
+@pytest.mark.parametrize(("flavour", "cache", "dtype"), [
+    _inductor_case(f, c, d) for d in ("float32", "bfloat16") for f in ("llada", "dream") for c in CACHES])
+def test_inductor_decodes_as_eager(flavour, cache, dtype):
+    model = _model(flavour, dtype)
+    eager = _decode(model, cache, 4)
+    _fresh_compiler()
+    compile_network(model, "default")
+    assert _decode(model, cache, 4) == eager
+
+
+RECORDED = json.loads(ref.FIXTURE.read_text())
+
+
+@pytest.mark.exhaustive
+@needs_cpp
+@pytest.mark.parametrize("key", [k for k in sorted(RECORDED) if k.startswith("current/") and k.endswith(CACHES)])
+def test_compiled_decodes_the_goldens(key, monkeypatch):
+    """speed_tokens.json's ``current/`` goldens (100 puzzles, every rule, no/prefix/dual cache) with the stack
+    compiled by inductor."""
+    _, flavour, name, cache = key.split("/")
+    _fresh_compiler()
+    monkeypatch.setattr(ref, "load_model", lambda *a, **k: compile_network(load_model(*a, **k), "default"))
+    with torch.no_grad():
+        got = ref.tiny_runs(flavour, 100, current=True, only={f"{flavour}/{name}/{cache}"})
+    assert got[f"{flavour}/{name}/{cache}"] == RECORDED[key]
