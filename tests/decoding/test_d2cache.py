@@ -184,13 +184,27 @@ def _batch_label(setting: dict) -> str:
     return f"{setting['flavour']}-b{setting['block_length']}-sigma{setting['sigma']}-tau{setting['threshold']}"
 
 
+# (setting, row) -> the step at which the published loop's float32 softmax ties the row's two best candidates, so
+# torch.topk's unspecified order decides (docs/differences.md, the ties row). Measured on the recording machine:
+# sudoku4-0034 (the batch of sudoku4-0032..0035), its second step: positions 2 and 4 both 0.9999969005584717 and
+# torch.topk took 4; our float64 confidences of the two best candidates there are one float32 step apart.
+PUBLISHED_TIES = {("dream-b8-sigmaNone-tauNone", "sudoku4-0034"): 1}
+
+
+def _float32_steps(a: float, b: float) -> float:
+    """|a - b| in float32 steps at the larger of the two."""
+    top = torch.tensor(max(a, b), dtype=torch.float32)
+    return abs(a - b) / float(torch.nextafter(top, torch.tensor(2.0)) - top)
+
+
 @pytest.mark.parametrize(("index", "full"), [
     pytest.param(i, f, id=_batch_label(s) + ("-all" if f else ""), marks=[pytest.mark.exhaustive] if f else [])
     for i, s in enumerate(GOLDEN_BATCH["settings"]) for f in (False, True) if f or i in DEFAULT_SETTINGS["batch"]])
 def test_top_up_decodes_batches_as_the_published_loop(index, full):
     """Batches of 4 over several blocks: each row's answer, and the batch's forwards as every row's NFE (a row
     waiting at a block end is counted, as the published batch counts its forwards). Off the recording machine only
-    rows away from near-ties in their commit decisions are compared (tests/decoding/machine_goldens.py)."""
+    rows away from near-ties in their commit decisions are compared (tests/decoding/machine_goldens.py); a row
+    whose published decode rests on a float32 tie (PUBLISHED_TIES) is checked to have that tie instead."""
     setting = GOLDEN_BATCH["settings"][index]
     batches = setting["batches"] if full else setting["batches"][:DEFAULT_BATCHES]
     name = f"tiny_{setting['flavour']}"
@@ -201,6 +215,11 @@ def test_top_up_decodes_batches_as_the_published_loop(index, full):
             out = generate(_model(name), torch.tensor([_prompts(name)[sid] for sid in sample_ids]), None,
                            _spec(setting, top_up=True, trace=True))
         for b, answer in enumerate(answers):
+            tie = PUBLISHED_TIES.get((_batch_label(setting), sample_ids[b]))
+            if tie is not None:  # the claimed tie holds: the two best candidates are within two float32 steps
+                best = out.records[b].trace[tie].sorted_confidences
+                assert _float32_steps(best[0], best[1]) <= 2, (sample_ids[b], best[:2])
+                continue
             if not exact and decision_margin(out.records[b].trace, setting["threshold"], probabilities=True) < NEAR_TIE:
                 continue
             compared += 1
