@@ -115,13 +115,9 @@ SANDBOX_COLUMNS = (*(f"sandbox_{s}" for s in STATUSES), PUBLISHED_ONLY)
 # the batched mode's batch-1 timing pass (only in runs with `timing_docs`), after the summary columns
 TIMING_PASS_COLUMNS = ("timing_batch_size", "timing_n_samples", "timing_tokens_total", "timing_tokens_per_s",
                        "timing_latency_s_mean", "timing_wall_time_s_total", "timing_agreement")
-<<<<<<< HEAD
 # a served run's server and its client-side throughput (runner/execute.served_columns; absent for local runs)
 SERVED_COLUMNS = ("server_url", "server_model", "throughput_counted", "client_concurrency", "client_requests_per_s",
                   "client_output_tokens_per_s")
-RUN_INFO_COLUMNS = ("task_docs", "world_size", "device_name", *SERVED_COLUMNS, "cpu_count",
-                    "num_threads_used", "load_avg_start", "load_avg_end", "machine_loaded", "git_commit", "started_at", "finished_at")
-=======
-RUN_INFO_COLUMNS = ("task_docs", "world_size", "device_name", "server_url", "server_model", "cpu_count",
-                    "num_threads_used", "compile_warmup_s", "compile_timed_s", "load_avg_start", "load_avg_end", "machine_loaded", "git_commit", "started_at", "finished_at")
->>>>>>> compile43
+RUN_INFO_COLUMNS = ("task_docs", "world_size", "device_name", *SERVED_COLUMNS, "cpu_count", "num_threads_used",
+                    "compile_warmup_s", "compile_timed_s", "load_avg_start", "load_avg_end", "machine_loaded",
+                    "git_commit", "started_at", "finished_at")
