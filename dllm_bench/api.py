@@ -107,8 +107,8 @@ def plot_pareto(runs: pd.DataFrame, out_stem: Path | str, title: str = "") -> Pa
 
 
 def confidence_profiles(results: Path | str | None = None) -> list[str]:
-    """Markdown of the confidence-profile analysis of each traced selector and parameter under ``results`` (runs
-    made with ``trace=true``): one per setting, since pooling different selectors would describe none."""
+    """Markdown of the confidence-profile analysis of each traced rule and parameter under ``results`` (runs
+    made with ``trace=true``): one per setting, since pooling different rules would describe none."""
     from dllm_bench.report.profile import analyse_group, profile_markdown, trace_groups
 
     groups = trace_groups(results_dir() if results is None else results)

@@ -1,4 +1,4 @@
-"""lm-evaluation-harness model `dllm_bench`: lm-eval's tasks decoded by our engine (any selector, any cache).
+"""lm-evaluation-harness model `dllm_bench`: lm-eval's tasks decoded by our engine (any rule, any cache).
 
     python -m dllm_bench.lm_eval_adapter --model dllm_bench \
         --model_args pretrained=GSAI-ML/LLaDA-8B-Instruct,rule=frechet,rule.delta=0.25,cache=dual --tasks gsm8k

@@ -1,4 +1,4 @@
-"""Decoding-engine benchmarks: selector cost, per-step time by cache mode, per-forward latency (GPU shapes).
+"""Decoding-engine benchmarks: rule cost, per-step time by cache mode, per-forward latency (GPU shapes).
 
 CPU default (``make bench``): a mid-size random LLaDA-shaped model (d_model 1024, 8 layers, vocab 16k), prompt 256
 + answer 128, block 32, every cache preset of conf/cache/ (a new cache's YAML joins without code) through the real
@@ -28,8 +28,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from dllm_bench.decoding import DecodeSpec, Decoding, build_cache, build_policy, build_selector, generate
-from dllm_bench.decoding.selectors import (
+from dllm_bench.decoding import DecodeSpec, Decoding, build_cache, build_policy, build_rule, generate
+from dllm_bench.decoding.commit_masks import (
     factor_commit_mask,
     frechet_commit_mask,
     threshold_commit_mask,
@@ -112,7 +112,7 @@ class TimedNetwork:
         return getattr(self.model, name)
 
 
-def bench_selectors(repeats: int) -> pd.DataFrame:
+def bench_rules(repeats: int) -> pd.DataFrame:
     """Cost per call of each commit rule on random confidence profiles."""
     rules = {
         "topk": lambda c, m: topk_commit_mask(c, m, 4),
@@ -136,7 +136,7 @@ def bench_selectors(repeats: int) -> pd.DataFrame:
                         rule(conf, cand)
                     rounds.append((time.perf_counter() - t) / repeats)
                 us = min(rounds) * 1e6
-                rows.append(dict(selector=name, batch=batch, candidates_window=length, us_per_call=round(us, 2)))
+                rows.append(dict(rule=name, batch=batch, candidates_window=length, us_per_call=round(us, 2)))
     return pd.DataFrame(rows)
 
 
@@ -222,38 +222,38 @@ def step_row(net: TimedNetwork, wall: float, nfe: int, canvas: int, counted: Tim
     )
 
 
-def timed_decode(model: DiffusionLM, ids: torch.Tensor, answer: int, block: int, policy, selector,
+def timed_decode(model: DiffusionLM, ids: torch.Tensor, answer: int, block: int, policy, rule,
                  cache: tuple[str, dict]) -> dict:
     """One warmed-up decode through ``generate`` with every forward timed; returns :func:`step_row`."""
     device = ids.device
     net = TimedNetwork(model)
     name, params = cache
     # one block of the same rule and cache (a fixed-count rule in 2 steps)
-    warmup = Decoding(block, block, build_policy("blocks", **({} if selector.adaptive else {"steps": 2})), selector,
+    warmup = Decoding(block, block, build_policy("blocks", **({} if rule.adaptive else {"steps": 2})), rule,
                       build_cache(name, **params))
     generate(net, ids[:, :16], None, DecodeSpec(warmup))
     net.forwards.clear()
     sync(device)
     t = time.perf_counter()
-    out = generate(net, ids, None, DecodeSpec(Decoding(answer, block, policy, selector, build_cache(name, **params))))
+    out = generate(net, ids, None, DecodeSpec(Decoding(answer, block, policy, rule, build_cache(name, **params))))
     sync(device)
     wall = time.perf_counter() - t
     counted = TimedNetwork(model, count=True)
     again, flops = count_flops(lambda: generate(counted, ids, None, DecodeSpec(
-        Decoding(answer, block, policy, selector, build_cache(name, **params)))))
+        Decoding(answer, block, policy, rule, build_cache(name, **params)))))
     if again.records[0].nfe != out.records[0].nfe:
         raise RuntimeError(f"cache {name}: the counted decode took {again.records[0].nfe} steps, the timed one "
                            f"{out.records[0].nfe}")
     return step_row(net, wall, out.records[0].nfe, ids.shape[1] + answer, counted, flops.total)
 
 
-def runs_here(cache: tuple[str, dict], policy, selector, answer: int, block: int) -> str | None:
+def runs_here(cache: tuple[str, dict], policy, rule, answer: int, block: int) -> str | None:
     """Why a preset cannot run with this policy and rule on the LLaDA-shaped network (None: it can)."""
     name, params = cache
     built = build_cache(name, **params)
     try:
         built.check_flavour("llada", policy.name)
-        built.check_combination(policy=policy, selector=selector, gen_length=answer, block_length=block)
+        built.check_combination(policy=policy, rule=rule, gen_length=answer, block_length=block)
     except ValueError as err:
         return str(err)
     return None
@@ -278,16 +278,16 @@ def bench_generate(model: DiffusionLM, batch: int, prompt: int, answer: int, blo
     for mode, cache in (caches or CPU_CACHES).items():
         policy = build_policy("blocks", steps=steps)
         # top-k, or the other fixed-count rule where a cache needs it (dKV-Cache-Greedy: its drawn order)
-        for rule in FIXED_COUNT_RULES:
-            selector = build_selector(rule)
-            why = runs_here(cache, policy, selector, answer, block)
+        for rule_name in FIXED_COUNT_RULES:
+            rule = build_rule(rule_name)
+            why = runs_here(cache, policy, rule, answer, block)
             if why is None:
                 break
         if why is not None:
             print(f"bench: preset {mode} left out: {why}")
             continue
-        row = timed_decode(model, ids, answer, block, policy, selector, cache)
-        rows.append(dict(cache=mode, selector=rule, batch=batch, prompt=prompt, answer=answer, block=block, **row))
+        row = timed_decode(model, ids, answer, block, policy, rule, cache)
+        rows.append(dict(cache=mode, rule=rule_name, batch=batch, prompt=prompt, answer=answer, block=block, **row))
     return pd.DataFrame(_versus_none(rows))
 
 
@@ -298,9 +298,9 @@ def bench_vocab(model: DiffusionLM, prompt: int, answer: int, block: int, caches
     for rule, (name, params) in VOCAB_RULES.items():
         group = []
         for mode in caches:
-            row = timed_decode(model, ids, answer, block, build_policy("blocks"), build_selector(name, **params),
+            row = timed_decode(model, ids, answer, block, build_policy("blocks"), build_rule(name, **params),
                                CPU_CACHES[mode])
-            group.append(dict(cache=mode, selector=rule, batch=1, prompt=prompt, answer=answer, block=block, **row))
+            group.append(dict(cache=mode, rule=rule, batch=1, prompt=prompt, answer=answer, block=block, **row))
         rows += _versus_none(group)
     return pd.DataFrame(rows)
 
@@ -390,7 +390,7 @@ def main() -> None:
     ap.add_argument("--vocab-prompt", type=int, default=128, help="real-vocabulary shape: prompt length")
     ap.add_argument("--vocab-answer", type=int, default=256, help="real-vocabulary shape: answer length")
     ap.add_argument("--skip-vocab", action="store_true", help="leave out the real-vocabulary shape")
-    ap.add_argument("--selectors-only", action="store_true", help="only the selector-cost table")
+    ap.add_argument("--rules-only", action="store_true", help="only the rule-cost table")
     ap.add_argument("--budget-s", type=float, default=280.0, help="stop the latency sweep after this long")
     ap.add_argument("--linear-product", default="auto", choices=LINEAR_PRODUCTS,
                     help="auto: the network's Linear (W @ x.T from 16 rows on the CPU); f_linear: F.linear "
@@ -408,12 +408,12 @@ def main() -> None:
                 threads=args.threads, torch=torch.__version__, dtype=str(dtype).replace("torch.", ""),
                 linear_product=args.linear_product, load_average_1m=round(os.getloadavg()[0], 2))
 
-    sel = bench_selectors(repeats=20)
+    sel = bench_rules(repeats=20)
     for k, v in meta.items():
         sel[k] = v
-    sel.to_csv(out / f"selectors_{device.type}.csv", index=False)
+    sel.to_csv(out / f"rules_{device.type}.csv", index=False)
     print(sel.to_string(index=False))
-    if args.selectors_only:
+    if args.rules_only:
         return
 
     use_linear_product(args.linear_product)

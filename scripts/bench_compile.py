@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from dllm_bench.decoding import DecodeSpec, Decoding, build_cache, build_policy, build_selector, generate
+from dllm_bench.decoding import DecodeSpec, Decoding, build_cache, build_policy, build_rule, generate
 from dllm_bench.models import load_model
 from dllm_bench.models.compiled import COMPILE_MODES, compile_network
 from dllm_bench.tasks.sudoku import SudokuTask
@@ -50,7 +50,7 @@ def build(name: str, device: torch.device, answer: int = 128):
             ids = torch.randint(0, model.config.vocab_size - 8, (batch, prompt),
                                 generator=torch.Generator().manual_seed(1)).to(device)
             return ids, Decoding(answer, block, build_policy("blocks", steps=answer // block * 4),
-                                 build_selector("topk"), build_cache(cache))
+                                 build_rule("topk"), build_cache(cache))
         return model, setting
     model = load_model(ROOT / "dllm_bench" / "tiny" / "checkpoints" / name, device=device, dtype="float32")
 
@@ -59,7 +59,7 @@ def build(name: str, device: torch.device, answer: int = 128):
         ids, _ = encode_batch(model.tokenizer, model.config, [r["puzzle"] for r in rows],
                               [r["solution"] for r in rows], DEFAULT_GEN_LENGTH)
         return ids.to(device), Decoding(DEFAULT_GEN_LENGTH, 8, build_policy("blocks"),
-                                        build_selector("threshold", threshold=0.9), build_cache(cache),
+                                        build_rule("threshold", threshold=0.9), build_cache(cache),
                                         early_stop=True)
     return model, setting
 

@@ -51,7 +51,7 @@ from dllm_bench.decoding import (  # noqa: E402
     Sampling,
     build_cache,
     build_policy,
-    build_selector,
+    build_rule,
     generate,
 )
 from dllm_bench.machine import fingerprint, kernel_width  # noqa: E402
@@ -267,7 +267,7 @@ def padded_prompts(model: DiffusionLM, lengths: list[int], seed: int) -> tuple[t
 
 
 def decode(model: DiffusionLM, ids: torch.Tensor, mask: torch.Tensor, gen: int, block: int):
-    spec = DecodeSpec(Decoding(gen, block, build_policy("blocks"), build_selector("threshold", threshold=0.9),
+    spec = DecodeSpec(Decoding(gen, block, build_policy("blocks"), build_rule("threshold", threshold=0.9),
                                build_cache("dual")))
     return generate(model, ids, mask, spec)
 
@@ -459,7 +459,7 @@ def load_tiny(flavour: str, device: torch.device, dtype: torch.dtype) -> Diffusi
 def tiny_spec(setting: tuple) -> DecodeSpec:
     _, _, policy, pparams, rule, rparams, cache, block = setting
     decoding = Decoding(TINY_GEN, block, build_policy(policy, **pparams),
-                        build_selector(rule, **rparams) if rule else None, build_cache(cache), early_stop=False)
+                        build_rule(rule, **rparams) if rule else None, build_cache(cache), early_stop=False)
     return DecodeSpec(decoding, Sampling())  # no early stop: the end-of-turn id would need the tokenizer
 
 

@@ -35,7 +35,7 @@ from dllm_bench.decoding import (
     Sampling,
     build_cache,
     build_policy,
-    build_selector,
+    build_rule,
     generate,
 )
 from dllm_bench.models.image_processing import image_token_count
@@ -153,8 +153,8 @@ def run(args: argparse.Namespace) -> dict:
     outputs = {}
     sampling = Sampling(forbidden_token_ids=FORBIDDEN)
 
-    def spec(steps: int | None, selector: str, params: dict, cache: str, cparams: dict) -> DecodeSpec:
-        decoding = Decoding(args.gen, args.block, build_policy("blocks", steps=steps), build_selector(selector, **params),
+    def spec(steps: int | None, rule: str, params: dict, cache: str, cparams: dict) -> DecodeSpec:
+        decoding = Decoding(args.gen, args.block, build_policy("blocks", steps=steps), build_rule(rule, **params),
                             build_cache(cache, **cparams))
         return DecodeSpec(decoding, sampling)
 

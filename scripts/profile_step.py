@@ -27,7 +27,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402
 
-from dllm_bench.decoding import DecodeSpec, Decoding, build_cache, build_policy, build_selector, generate  # noqa: E402
+from dllm_bench.decoding import DecodeSpec, Decoding, build_cache, build_policy, build_rule, generate  # noqa: E402
 from dllm_bench.models.cpu_linear import Linear  # noqa: E402
 
 
@@ -44,7 +44,7 @@ def outside_network(cache: str, rule: str, answer: int, top: int, shape: str = "
     ids = bench._prompt(model, 1, 128)
     name, params = bench.VOCAB_RULES[rule]
     cache_name, cache_params = bench.CPU_CACHES[cache]
-    spec = DecodeSpec(Decoding(answer, 32, build_policy("blocks"), build_selector(name, **params),
+    spec = DecodeSpec(Decoding(answer, 32, build_policy("blocks"), build_rule(name, **params),
                                build_cache(cache_name, **cache_params)))
     net = MarkedNetwork(model)
     with torch.no_grad():

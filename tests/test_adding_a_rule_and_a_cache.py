@@ -107,7 +107,7 @@ def test_the_one_line_errors_list_them(added):
 
 def test_the_lm_eval_adapter_reaches_them(added):
     spec = build_spec(adapter_run_config({"rule": RULE, "cache": CACHE}, "/w"))
-    assert spec.decoding.selector.name == RULE and spec.decoding.cache.name == CACHE
+    assert spec.decoding.rule.name == RULE and spec.decoding.cache.name == CACHE
     assert first_rule("blocks", CACHE) is not None
 
 

@@ -1,6 +1,6 @@
-"""Plain-value configuration of selectors, policies and caches, with builders that validate early.
+"""Plain-value configuration of rules, policies and caches, with builders that validate early.
 
-The runner builds these from Hydra config: ``build_selector(name, **params)``, ``build_policy(name,
+The runner builds these from Hydra config: ``build_rule(name, **params)``, ``build_policy(name,
 **params)``, ``build_cache(name, **params)`` (the registries of rules, policies and caches, filled in
 ``decoding/rules/``, ``decoding/policies/`` and ``decoding/caches/``); ``check_combination`` rejects combinations
 that cannot run together, each part saying what it accepts.
@@ -28,19 +28,17 @@ from dllm_bench.decoding.policies import (
     policy_parameters,
 )
 from dllm_bench.decoding.rules import RULES, build_rule, rule_parameters
-from dllm_bench.decoding.rules.factor import FactorSelector
-from dllm_bench.decoding.rules.frechet import FrechetSelector
-from dllm_bench.decoding.rules.oracle import OracleSelector
-from dllm_bench.decoding.rules.threshold import ThresholdSelector
-from dllm_bench.decoding.rules.topk import REMASKING, TopKSelector
+from dllm_bench.decoding.rules.factor import FactorRule
+from dllm_bench.decoding.rules.frechet import FrechetRule
+from dllm_bench.decoding.rules.oracle import OracleRule
+from dllm_bench.decoding.rules.threshold import ThresholdRule
+from dllm_bench.decoding.rules.topk import REMASKING, TopKRule
 
 # ---------------------------------------------------------------- rules (one file each in decoding/rules/)
 
-Selector = Any  # any registered rule (decoding.rules.Rule)
-SELECTORS = RULES  # the rule registry, filled where each rule is defined
-build_selector = build_rule
-__all__ = ["REMASKING", "SELECTORS", "FactorSelector", "FrechetSelector", "OracleSelector", "ThresholdSelector",
-           "TopKSelector", "build_selector"]
+Rule = Any  # any registered rule (decoding.rules.Rule)
+__all__ = ["REMASKING", "RULES", "FactorRule", "FrechetRule", "OracleRule", "ThresholdRule",
+           "TopKRule", "build_rule"]
 
 
 # ---------------------------------------------------------------- policies (one file each in decoding/policies/)
@@ -57,11 +55,11 @@ __all__ += ["CACHES", "DLLMCache", "DualCache", "NoCache", "PrefixCache", "build
 
 
 def builder_parameters(kind: str, name: str) -> tuple[str, ...] | None:
-    """Parameter names ``build_<kind>(name, ...)`` accepts (kind: selector, policy, cache); None for unknown names.
+    """Parameter names ``build_<kind>(name, ...)`` accepts (kind: rule, policy, cache); None for unknown names.
 
     The runner's config groups use exactly these names as keys (docs/runner.md).
     """
-    if kind in ("selector", "rule"):
+    if kind == "rule":
         return rule_parameters(name)
     if kind == "cache":
         return cache_parameters(name)
@@ -69,19 +67,19 @@ def builder_parameters(kind: str, name: str) -> tuple[str, ...] | None:
 
 
 def check_combination(
-    policy: Policy, selector: Selector | None, cache: Cache, *, gen_length: int, block_length: int,
+    policy: Policy, rule: Rule | None, cache: Cache, *, gen_length: int, block_length: int,
     cfg_scale: float = 0.0,
 ) -> None:
-    """Raise ValueError naming the bad value when a policy/selector/cache/length combination cannot run: the
+    """Raise ValueError naming the bad value when a policy/rule/cache/length combination cannot run: the
     lengths, then what the policy accepts, the rule's and the cache's own checks, and guidance."""
     if gen_length < 1 or block_length < 1:
         raise ValueError(f"gen_length and block_length must be >= 1, got {gen_length}, {block_length}")
     if getattr(policy, "blocks_from_answer", True) and gen_length % block_length:
         raise ValueError(f"gen_length {gen_length} is not a multiple of block_length {block_length}")
-    policy.check_combination(selector, cache, gen_length=gen_length, block_length=block_length, cfg_scale=cfg_scale)
-    if selector is not None:
-        selector.check_combination(policy=policy, cache=cache, gen_length=gen_length, block_length=block_length)
-    cache.check_combination(policy=policy, selector=selector, gen_length=gen_length, block_length=block_length)
+    policy.check_combination(rule, cache, gen_length=gen_length, block_length=block_length, cfg_scale=cfg_scale)
+    if rule is not None:
+        rule.check_combination(policy=policy, cache=cache, gen_length=gen_length, block_length=block_length)
+    cache.check_combination(policy=policy, rule=rule, gen_length=gen_length, block_length=block_length)
     if cfg_scale < 0:
         raise ValueError(f"cfg_scale must be >= 0, got {cfg_scale}")
     if cfg_scale > 0 and not cache.stateless:

@@ -11,12 +11,12 @@ from dataclasses import dataclass
 import torch
 
 from dllm_bench.decoding.accounting import SampleRecord, StepTrace, count_generated_tokens
+from dllm_bench.decoding.commit_masks import sort_candidates
 from dllm_bench.decoding.confidence import Workspace, candidate_predictions, resolve_precision, row_generators
-from dllm_bench.decoding.config import Cache, Policy, Selector
+from dllm_bench.decoding.config import Cache, Policy, Rule
 from dllm_bench.decoding.forward import ForwardResult, ForwardRunner, HostView
 from dllm_bench.decoding.rules import StepContext
 from dllm_bench.decoding.rules.base import NO_RULE_HOOKS
-from dllm_bench.decoding.selectors import sort_candidates
 from dllm_bench.decoding.spec import DecodeSpec
 from dllm_bench.models.host import host_reads_free
 
@@ -81,9 +81,9 @@ def generate(
     if not isinstance(spec, DecodeSpec):
         raise TypeError(f"spec must be a DecodeSpec (dllm_bench.decoding.spec), got {type(spec).__name__}")
     gen_length, block_length = spec.decoding.gen_length, spec.decoding.block_length
-    policy, selector, cache, early_stop = (spec.decoding.policy, spec.decoding.selector, spec.decoding.cache,
+    policy, rule, cache, early_stop = (spec.decoding.policy, spec.decoding.rule, spec.decoding.cache,
                                            spec.decoding.early_stop)
-    rule = NO_RULE_HOOKS if selector is None else selector  # the rule's hooks (defaults for a policy's own rule)
+    hooks = NO_RULE_HOOKS if rule is None else rule  # the rule's hooks (defaults for a policy's own rule)
     sampling = spec.sampling
     confidence_precision, temperature, cfg_scale = sampling.confidence_precision, sampling.temperature, sampling.cfg_scale
     confidence_mask_in_softmax = sampling.confidence_mask_in_softmax
@@ -123,14 +123,14 @@ def generate(
     state = policy.init_state(B, G, block_length, device)
     if cache.holds_full_blocks:  # the cache's published batch loop: rows leave a block together
         policy.hold_blocks(state)
-    rule_state = rule.init_state(B, G, block_length, device)
+    rule_state = hooks.init_state(B, G, block_length, device)
     # a rule whose commits are known before the forward (its own drawn order): the cache sees them in the host view;
     # it draws over each row's own canvas (real prompt + answer), as the row decoded alone would (one read a decode)
-    canvas_lengths = (attention_mask.sum(dim=1) + G).tolist() if rule.plans else None
+    canvas_lengths = (attention_mask.sum(dim=1) + G).tolist() if hooks.plans else None
     samples = temperature > 0 or measure == "random"  # the predictions draw noise per row
     # one generator per row; a planning rule's draws come first in it, as the published loop draws its order
     # from the stream its sampling noise comes from
-    generators = row_generators(seed, B, device) if (samples or rule.plans) else None
+    generators = row_generators(seed, B, device) if (samples or hooks.plans) else None
     workspace = Workspace()
     stop_ids = torch.tensor(stops, dtype=x.dtype, device=device) if stops and early_stop else None
     stop_id = stops[0] if stops else None
@@ -163,12 +163,12 @@ def generate(
             lo, hi = policy.window(state)
             cand = masked & (j >= lo.unsqueeze(1)) & (j < hi.unsqueeze(1)) & active.unsqueeze(1)
             block = policy.block(state)
-            read = rule.read(rule_state, cand, masked, active, block[0])  # the candidates, or more (KLASS)
+            read = hooks.read(rule_state, cand, masked, active, block[0])  # the candidates, or more (KLASS)
             read = policy.read(state, read, masked, active)  # or committed positions too (a policy that edits)
-            order = rule.plan(rule_state, view.rows, view.block_lo, generators, canvas_lengths)
+            order = hooks.plan(rule_state, view.rows, view.block_lo, generators, canvas_lengths)
             if order is not None:  # the step's commits, known before its forward
                 ahead = StepContext(order, cand, answer, masked, reference, state=rule_state, block=block)
-                planned = policy.decide(state, ahead, selector)[0] & cand
+                planned = policy.decide(state, ahead, rule)[0] & cand
                 view.planned = torch.where(planned, order, float("-inf"))
             runner.embed_override = policy.soft_inputs(state, runner, x, active)  # None: the tokens' own
             results = policy.forward(state, runner, x, rows, read, view)
@@ -179,7 +179,7 @@ def generate(
             refreshed = torch.zeros(B, dtype=torch.bool, device=device)
 
             def fuse(logits, target, lo=block[0]):  # the rule's logits at rows target // G, positions target % G
-                return rule.fuse_logits(rule_state, logits, target // G, target % G, lo)
+                return hooks.fuse_logits(rule_state, logits, target // G, target % G, lo)
 
             for res in results:
                 _fill_predictions(res, read, conf, pred, P, G, measure, dtype, temperature, forbidden, unchosen,
@@ -194,7 +194,7 @@ def generate(
             nfe += active.long()
             ctx = StepContext(conf, cand, pred, masked, reference, state=rule_state, block=block,
                               read_confidence=read_conf, read_prediction=read_pred)
-            commit, tokens = policy.decide(state, ctx, selector)
+            commit, tokens = policy.decide(state, ctx, rule)
             commit = cache.adjust_commit(commit, cand, refreshed, block[0])
             commit &= cand
             answer.copy_(torch.where(commit, tokens, answer))
@@ -202,7 +202,7 @@ def generate(
             if edited is not None:
                 edits += (edited & active.unsqueeze(1)).sum(dim=1)
             if trace:
-                for b, entry in zip(view.rows, _trace_step(step, conf, cand, commit, view.rows, rule, edited),
+                for b, entry in zip(view.rows, _trace_step(step, conf, cand, commit, view.rows, hooks, edited),
                                     strict=True):
                     traces[b].append(entry)
             now_masked = answer == mask_id
@@ -217,7 +217,7 @@ def generate(
     tokens_out = x[:, P:].clone()
     if early_stop or ends_early is not None:
         tokens_out = torch.where(tokens_out == mask_id, stops[0], tokens_out)
-    _check_no_mask(tokens_out, mask_id, policy, selector, cache)
+    _check_no_mask(tokens_out, mask_id, policy, rule, cache)
     records = []
     counters = torch.stack([nfe, positions, finish_step, edits]).tolist()
     for b in range(B):
@@ -243,15 +243,15 @@ def _host_view(policy: Policy, state, active: torch.Tensor, masked: torch.Tensor
     return HostView(rows, values[1], values[2], values[4] if limit is not None else None, values[3])
 
 
-def _check_no_mask(tokens: torch.Tensor, mask_id: int, policy: Policy, selector: Selector | None,
+def _check_no_mask(tokens: torch.Tensor, mask_id: int, policy: Policy, rule: Rule | None,
                    cache: Cache) -> None:
     """Invariant: no returned answer holds the mask id (a schedule that leaves one is an engine bug)."""
     left = tokens == mask_id
     if bool(left.any()):
         rows = left.any(dim=1).nonzero().squeeze(1).tolist()
         raise RuntimeError(
-            f"generate left {int(left.sum())} mask ids in rows {rows} (policy {policy!r}, selector "
-            f"{None if selector is None else selector.name!r}, cache {cache!r}): every answer position must be "
+            f"generate left {int(left.sum())} mask ids in rows {rows} (policy {policy!r}, rule "
+            f"{None if rule is None else rule.name!r}, cache {cache!r}): every answer position must be "
             "committed"
         )
 

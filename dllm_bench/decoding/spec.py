@@ -1,6 +1,6 @@
 """What one ``generate`` call runs: decoding, sampling and accounting settings, validated once on construction.
 
-The builders (``build_policy``, ``build_selector``, ``build_cache``) turn plain values into the objects held
+The builders (``build_policy``, ``build_rule``, ``build_cache``) turn plain values into the objects held
 here; a ``DecodeSpec`` that exists is a combination the engine can run.
 """
 
@@ -18,7 +18,7 @@ from dllm_bench.decoding.config import (
     Cache,
     NoCache,
     Policy,
-    Selector,
+    Rule,
     check_combination,
 )
 from dllm_bench.decoding.policies import POLICIES
@@ -39,13 +39,13 @@ def _int_tuple(name: str, values: Sequence[int]) -> tuple[int, ...]:
 @dataclass(frozen=True)
 class Decoding:
     """Which positions are decoded and how: answer and block lengths, the schedule (``policy``), its commit rule
-    (``selector``; None for the policies with a rule of their own) and the K/V ``cache``; ``early_stop`` ends a
+    (``rule``; None for the policies with a rule of their own) and the K/V ``cache``; ``early_stop`` ends a
     row once its answer is complete up to a stop token."""
 
     gen_length: int
     block_length: int
     policy: Policy
-    selector: Selector | None = None
+    rule: Rule | None = None
     cache: Cache = field(default_factory=NoCache)
     early_stop: bool = False
 
@@ -56,8 +56,8 @@ class Decoding:
                 raise ValueError(f"{name} must be an integer, got {value!r}")
         if not isinstance(self.policy, tuple(POLICIES.values())):
             raise ValueError(f"policy must be a policy object (build_policy(name)), got {self.policy!r}")
-        if self.selector is not None and not isinstance(self.selector, tuple(RULES.values())):
-            raise ValueError(f"selector must be a selector object (build_selector(name)) or None, got {self.selector!r}")
+        if self.rule is not None and not isinstance(self.rule, tuple(RULES.values())):
+            raise ValueError(f"rule must be a rule object (build_rule(name)) or None, got {self.rule!r}")
         if not isinstance(self.cache, tuple(CACHES.values())):
             raise ValueError(f"cache must be a cache object (build_cache(name); build_cache('none') for none), "
                              f"got {self.cache!r}")
@@ -133,12 +133,12 @@ class DecodeSpec:
         d = self.decoding
         if not isinstance(d, Decoding):
             raise TypeError(f"decoding must be a Decoding, got {type(d).__name__}")
-        check_combination(d.policy, d.selector, d.cache, gen_length=d.gen_length, block_length=d.block_length,
+        check_combination(d.policy, d.rule, d.cache, gen_length=d.gen_length, block_length=d.block_length,
                           cfg_scale=self.sampling.cfg_scale)
         given = self.sampling.confidence
         if given is not None:
             d.policy.check_measure(given)
-        rule = d.selector
+        rule = d.rule
         if given is not None and rule is not None and not rule.measure_overridable and given != rule.measure:
             raise ValueError(f"rule {rule.name!r} ranks by {rule.measure!r} (its parameters are in that measure's "
                              f"units), got confidence {given!r}")
@@ -150,7 +150,7 @@ class DecodeSpec:
             return self.sampling.confidence
         if self.decoding.policy.measure is not None:
             return self.decoding.policy.measure
-        return "top1_prob" if self.decoding.selector is None else self.decoding.selector.measure
+        return "top1_prob" if self.decoding.rule is None else self.decoding.rule.measure
 
     def for_batch(self, seed: int | Sequence[int], stop_strings: Sequence[str] | None = None) -> DecodeSpec:
         """This spec with one batch's row seeds (and stop strings): what a run changes from batch to batch."""

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from dllm_bench.decoding.selectors import factor_count_sorted, frechet_count_sorted, frechet_gap_sorted
+from dllm_bench.decoding.commit_masks import factor_count_sorted, frechet_count_sorted, frechet_gap_sorted
 from dllm_bench.report.pareto import PARAM_LABELS, method_name, save_figure
 from dllm_bench.report.runs import read_runs
 from dllm_bench.runner.config import flatten
@@ -51,11 +51,11 @@ RULE_PARAMS = {"threshold": "tau", "factor": "f", "frechet": "delta"}
 
 @dataclass(frozen=True)
 class TraceGroup:
-    """Traced runs of one selector and parameter: what their profiles can be read as."""
+    """Traced runs of one method and parameter: what their profiles can be read as."""
 
     label: str                 # e.g. "frechet δ=0.25", "topk", "oracle"
-    selector: str
-    params: dict[str, float]   # the group's own rule parameter (empty for other selectors)
+    method: str
+    params: dict[str, float]   # the group's own rule parameter (empty for other methods)
     files: tuple[Path, ...]
 
 
@@ -74,26 +74,26 @@ def _run_setting(run_dir: Path) -> dict[str, str] | None:
 
 
 def trace_groups(results_dir: Path | str) -> list[TraceGroup]:
-    """Every `<results>/<name>/<run>/traces.jsonl`, grouped by selector and its parameter (sorted by label).
+    """Every `<results>/<name>/<run>/traces.jsonl`, grouped by method and its parameter (sorted by label).
 
-    Pooling traces of different selectors would mix trajectories (a sequential run commits one token per
+    Pooling traces of different methods would mix trajectories (a sequential run commits one token per
     step, the oracle many), so each group is analysed on its own."""
     groups: dict[str, tuple[str, dict[str, float], list[Path]]] = {}
     # a run's traces, plain or packed for the repository (runner.store.pack_run)
     for path in sorted([*Path(results_dir).glob("*/*/traces.jsonl"), *Path(results_dir).glob("*/*/traces.jsonl.gz")]):
         setting = _run_setting(path.parent)
         if setting is None:
-            label, selector, params = f"unknown setting ({path.parent.name})", "", {}
+            label, method, params = f"unknown setting ({path.parent.name})", "", {}
         else:
             rule = str(setting.get("rule.name", ""))
-            selector = method_name(str(setting.get("policy.name", "blocks")), rule)
+            method = method_name(str(setting.get("policy.name", "blocks")), rule)
             column, symbol = PARAM_LABELS.get(rule, (None, ""))
             value = setting.get(column, "") if column else ""
             params = {RULE_PARAMS[rule]: float(value)} if column and value not in ("", "nan") else {}
-            label = f"{selector} {symbol}={float(value):g}" if params else selector
+            label = f"{method} {symbol}={float(value):g}" if params else method
             preset = setting.get("policy.preset", "")
             label += f" ({preset} preset)" if preset and preset not in ("", "nan") else ""
-        groups.setdefault(label, (selector, params, []))[2].append(path)
+        groups.setdefault(label, (method, params, []))[2].append(path)
     return [TraceGroup(label, sel, params, tuple(files)) for label, (sel, params, files) in sorted(groups.items())]
 
 

@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from dllm_bench.decoding import Decoding, build_cache, build_policy, build_selector, check_combination
+from dllm_bench.decoding import Decoding, build_cache, build_policy, build_rule, check_combination
 from dllm_bench.decoding.config import CACHES
 from dllm_bench.runner import config
 from dllm_bench.runner.components import NO_RULE
@@ -105,9 +105,9 @@ def _params(group: dict[str, Any]) -> dict[str, Any]:
 
 def _components(groups: dict[str, dict[str, Any]]) -> tuple[Any, Any, Any]:
     policy = build_policy(groups["policy"]["name"], **_params(groups["policy"]))
-    rule = groups["rule"]["name"]
-    selector = None if rule == NO_RULE else build_selector(rule, **_params(groups["rule"]))
-    return policy, selector, build_cache(groups["cache"]["name"], **_params(groups["cache"]))
+    rule_name = groups["rule"]["name"]
+    rule = None if rule_name == NO_RULE else build_rule(rule_name, **_params(groups["rule"]))
+    return policy, rule, build_cache(groups["cache"]["name"], **_params(groups["cache"]))
 
 
 class Refused(ValueError):

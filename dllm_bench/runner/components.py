@@ -18,20 +18,20 @@ from dllm_bench.decoding import (
     Sampling,
     build_cache,
     build_policy,
-    build_selector,
+    build_rule,
 )
-from dllm_bench.decoding.config import Cache, Policy, Selector
+from dllm_bench.decoding.config import Cache, Policy, Rule
 from dllm_bench.runner.run_config import RunConfig
 
-NO_RULE = "none"  # rule=none: the policy commits by its own rule (no selector object)
+NO_RULE = "none"  # rule=none: the policy commits by its own rule (no rule object)
 
 
-def build_components(run: RunConfig) -> tuple[Policy, Selector | None, Cache]:
-    """(policy, selector or None, cache) of a config; ValueError names the bad value (docs/decoding.md)."""
+def build_components(run: RunConfig) -> tuple[Policy, Rule | None, Cache]:
+    """(policy, rule or None, cache) of a config; ValueError names the bad value (docs/decoding.md)."""
     policy = build_policy(run.policy.name, **run.policy.params)
-    selector = None if run.rule.name == NO_RULE else build_selector(run.rule.name, **run.rule.params)
+    rule = None if run.rule.name == NO_RULE else build_rule(run.rule.name, **run.rule.params)
     cache = build_cache(run.cache.name, **run.cache.params)
-    return policy, selector, cache
+    return policy, rule, cache
 
 
 def build_spec(run: RunConfig, *, forbidden_token_ids: Sequence[int] = (), tokenizer: Any = None) -> DecodeSpec:

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from PIL import Image
 
-from dllm_bench.decoding import DecodeSpec, Decoding, build_cache, build_policy, build_selector, generate
+from dllm_bench.decoding import DecodeSpec, Decoding, build_cache, build_policy, build_rule, generate
 from dllm_bench.models import load_model
 from dllm_bench.models.compiled import compile_network, compile_seconds
 from dllm_bench.models.loading import token_ids
@@ -104,7 +104,7 @@ class DecodingEngine(Engine):
         if run.rule.name == "oracle":  # the reference: one token per step, no cache, nothing counted
             d = self.spec.decoding
             sequential = Decoding(d.gen_length, d.block_length, build_policy("blocks", steps=d.gen_length),
-                                  build_selector("topk"), build_cache("none"), early_stop=d.early_stop)
+                                  build_rule("topk"), build_cache("none"), early_stop=d.early_stop)
             self.sequential = DecodeSpec(sequential, self.spec.sampling)
 
     def compile_seconds(self) -> float | None:

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from dllm_bench.decoding.config import CACHES, POLICIES, POLICY_CLASSES, SELECTORS, builder_parameters
+from dllm_bench.decoding.config import CACHES, POLICIES, POLICY_CLASSES, RULES, builder_parameters
 from dllm_bench.models.blocks import ATTENTIONS, BLOCK_GRIDS
 from dllm_bench.models.compiled import COMPILE_MODES, cpu_compiler_missing
 from dllm_bench.models.config import MODEL_TYPES, ModelConfigError
@@ -49,7 +49,7 @@ COUNT_RULES = ("cut", "nonstop", "canvas", "all")
 PRECISIONS = ("float64", "float32", "bfloat16", "float16", "model")
 # (config group, builder kind, the registry of names the builder knows: read at each check, so a method
 # registered after this import is known too)
-DECODING_GROUPS = (("policy", "policy", POLICIES), ("rule", "selector", SELECTORS), ("cache", "cache", CACHES))
+DECODING_GROUPS = (("policy", "policy", POLICIES), ("rule", "rule", RULES), ("cache", "cache", CACHES))
 DATA_KEYS = ("data_files", "data_file", "data_dir", "data_path")
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 RENAMED = {"selector": "rule"}  # keys of earlier releases -> the group that replaced them
@@ -119,7 +119,7 @@ def check_finite(c: dict[str, Any]) -> None:
 
 
 def _decoding_class(kind: str, name: str) -> type:
-    return {"selector": SELECTORS, "policy": POLICY_CLASSES, "cache": CACHES}[kind][name]
+    return {"rule": RULES, "policy": POLICY_CLASSES, "cache": CACHES}[kind][name]
 
 
 def check_keys(c: dict[str, Any]) -> None:

@@ -1,13 +1,13 @@
 """How well a tiny checkpoint's confidences match the exact posterior, on training states and on decoding states.
 
-    python -m dllm_bench.tiny.calibration dllm_bench/tiny/checkpoints/tiny_llada --selector frechet
+    python -m dllm_bench.tiny.calibration dllm_bench/tiny/checkpoints/tiny_llada --rule frechet
 
 On 4x4 Sudoku the exact posterior of every cell is known (the valid grids agreeing with the clues and the
 committed cells, equally likely), so a commit rule's failures can be traced to the model. Two views:
 
 - training states: answers masked as in training (t ~ U(0, 1)); every masked cell's top digit, binned by the
   model's confidence, against its posterior probability (a reliability table);
-- decoding states: the selector's own decode (one block, no cache); each committed cell's confidence against
+- decoding states: the rule's own decode (one block, no cache); each committed cell's confidence against
   the posterior probability of the committed digit given the state before the step, and the step at which
   each failing puzzle first became impossible to complete.
 
@@ -23,7 +23,7 @@ import json
 import numpy as np
 import torch
 
-from dllm_bench.decoding.selectors import factor_commit_mask, frechet_commit_mask, threshold_commit_mask
+from dllm_bench.decoding.commit_masks import factor_commit_mask, frechet_commit_mask, threshold_commit_mask
 from dllm_bench.models import load_model
 from dllm_bench.tasks.sudoku_puzzles import (
     CELLS,
@@ -116,7 +116,7 @@ def _table(rows: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("checkpoint")
-    ap.add_argument("--selector", choices=sorted(RULES), default="frechet")
+    ap.add_argument("--rule", choices=sorted(RULES), default="frechet")
     ap.add_argument("--value", type=float, default=None, help="delta / f / tau (default: 0.25 / 1.0 / 0.9)")
     ap.add_argument("--limit", type=int, default=200, help="held-out puzzles to decode (default 200)")
     ap.add_argument("--threads", type=int, default=1)
@@ -124,14 +124,14 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     model = load_model(args.checkpoint, device="cpu", dtype="float32")
-    value = DEFAULT_VALUE[args.selector] if args.value is None else args.value
+    value = DEFAULT_VALUE[args.rule] if args.value is None else args.value
     train_rows = training_state_reliability(model, 512)
-    decode = decoding_state_reliability(model, load_test_set()[:args.limit], args.selector, value)
+    decode = decoding_state_reliability(model, load_test_set()[:args.limit], args.rule, value)
     if args.json:
         print(json.dumps({"training_states": train_rows, "decoding": decode}, indent=1))
         return
     print("training states (masked as in training, 512 held-out puzzles):\n" + _table(train_rows))
-    print(f"\ncells committed by {args.selector} {value} ({decode['failed']} of {decode['puzzles']} puzzles "
+    print(f"\ncells committed by {args.rule} {value} ({decode['failed']} of {decode['puzzles']} puzzles "
           f"became impossible; at step: {decode['failed_at_step']}):\n" + _table(decode["committed"]))
 
 

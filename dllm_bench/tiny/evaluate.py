@@ -1,4 +1,4 @@
-"""Evaluate a tiny checkpoint with the decoding engine: every selector x {no cache, dual cache} on held-out puzzles.
+"""Evaluate a tiny checkpoint with the decoding engine: every rule x {no cache, dual cache} on held-out puzzles.
 
     python -m dllm_bench.tiny.evaluate dllm_bench/tiny/checkpoints/tiny_llada --write-card
 
@@ -28,7 +28,7 @@ from dllm_bench.decoding import (
     Decoding,
     build_cache,
     build_policy,
-    build_selector,
+    build_rule,
     generate,
 )
 from dllm_bench.models import load_model
@@ -39,18 +39,18 @@ from dllm_bench.tiny.results import results_table
 
 @dataclass(frozen=True)
 class DecodeSetting:
-    """One row of the table: a policy and a selector by their builder names and parameters."""
+    """One row of the table: a policy and a rule by their builder names and parameters."""
 
     label: str
     policy: str
     policy_params: dict = field(default_factory=dict)
-    selector: str | None = None
-    selector_params: dict = field(default_factory=dict)
+    rule: str | None = None
+    rule_params: dict = field(default_factory=dict)
     flavours: tuple[str, ...] = ("llada", "dream")
 
 
 def decode_settings(gen_length: int, block_length: int) -> list[DecodeSetting]:
-    """Sequential, the aggressive parallel baselines, the adaptive selectors, SlowFast and the oracle."""
+    """Sequential, the aggressive parallel baselines, the adaptive rules, SlowFast and the oracle."""
     blocks = gen_length // block_length
     return [
         DecodeSetting("sequential (top-1, one token per step)", "blocks", {"steps": gen_length}, "topk"),
@@ -77,10 +77,10 @@ def evaluate_setting(model, rows: list[dict], setting: DecodeSetting, cache_name
     tok, cfg = model.tokenizer, model.config
     task = SudokuTask()
     policy = build_policy(setting.policy, **setting.policy_params)
-    selector = build_selector(setting.selector, **setting.selector_params) if setting.selector else None
+    rule = build_rule(setting.rule, **setting.rule_params) if setting.rule else None
     cache = build_cache(cache_name)
     try:
-        spec = DecodeSpec(Decoding(gen_length, block_length, policy, selector, cache, early_stop=True),
+        spec = DecodeSpec(Decoding(gen_length, block_length, policy, rule, cache, early_stop=True),
                           accounting=Accounting(tokenizer=tok, stop_strings=task.stop_strings))
     except ValueError as err:
         return {"label": setting.label, "cache": cache_name, "skipped": str(err)}
@@ -92,7 +92,7 @@ def evaluate_setting(model, rows: list[dict], setting: DecodeSetting, cache_name
                                         gen_length)
         t0 = time.perf_counter()
         out = generate(model, prompts, torch.ones_like(prompts), spec,
-                       reference=answers if setting.selector == "oracle" else None)
+                       reference=answers if setting.rule == "oracle" else None)
         wall += time.perf_counter() - t0
         texts = tok.batch_decode(out.tokens, skip_special_tokens=False)
         for text, row, rec in zip(texts, batch, out.records):

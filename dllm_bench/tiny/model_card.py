@@ -138,7 +138,7 @@ def render_model_card(directory: Path) -> str:
         f"# tiny_{flavour}: a trained {log['parameters'] / 1e6:.2f} M-parameter diffusion LM for 4×4 Sudoku",
         "",
         "The embedded default model of dllm-bench (issue 8): small enough to decode on a laptop CPU in seconds, "
-        "trained well enough that its confidences mean something, so every selector and cache shows a real "
+        "trained well enough that its confidences mean something, so every rule and cache shows a real "
         "accuracy–speed trade-off. Load it like any real checkpoint:",
         "",
         "```python",

@@ -19,7 +19,7 @@ from dllm_bench.decoding import (
 )
 
 
-def decode_spec(*, gen_length: int, block_length: int, policy: Any, selector: Any = None, cache: Any = None,
+def decode_spec(*, gen_length: int, block_length: int, policy: Any, rule: Any = None, cache: Any = None,
                 early_stop: bool = False, confidence: str | None = None,
                 confidence_precision: str | torch.dtype = "float64", confidence_mask_in_softmax: bool = True,
                 temperature: float = 0.0, cfg_scale: float = 0.0, forbidden_token_ids: Sequence[int] = (),
@@ -28,7 +28,7 @@ def decode_spec(*, gen_length: int, block_length: int, policy: Any, selector: An
                 stop_token_ids: Sequence[int] | None = None, pad_token_id: int | None = None) -> DecodeSpec:
     """Each keyword into its group of the spec (``cache`` None = no cache)."""
     return DecodeSpec(
-        Decoding(gen_length, block_length, policy, selector, NoCache() if cache is None else cache, early_stop),
+        Decoding(gen_length, block_length, policy, rule, NoCache() if cache is None else cache, early_stop),
         Sampling(confidence, confidence_precision, confidence_mask_in_softmax, temperature, cfg_scale,
                  forbidden_token_ids, seed),
         Accounting(trace, tokenizer, stop_strings),

@@ -37,7 +37,7 @@ from dllm_bench.decoding import (  # noqa: E402
     Sampling,
     build_cache,
     build_policy,
-    build_selector,
+    build_rule,
     generate,
 )
 from dllm_bench.models import load_model  # noqa: E402
@@ -87,19 +87,19 @@ def tiny_runs(flavour: str, limit: int | None = None, current: bool = False,
     if current:
         caches, confidence = ("none", "prefix", "dual", "dllm"), Sampling()
     out = {}
-    for name, (policy, pparams, selector, sparams) in settings.items():
+    for name, (policy, pparams, rule, sparams) in settings.items():
         for cache in caches if policy != "dream" else ("none",):
             if only is not None and f"{flavour}/{name}/{cache}" not in only:
                 continue
             block = DEFAULT_GEN_LENGTH if policy == "dream" else TINY_BLOCK
             decoding = Decoding(DEFAULT_GEN_LENGTH, block, build_policy(policy, **pparams),
-                                build_selector(selector, **sparams) if selector else None,
+                                build_rule(rule, **sparams) if rule else None,
                                 build_cache(cache, **RECORDED_CACHE_PARAMS.get(cache, {})), early_stop=True)
             res = generate(model, prompts, torch.ones_like(prompts), DecodeSpec(decoding, confidence))
             out[f"{flavour}/{name}/{cache}"] = digest(res.tokens, [r.nfe for r in res.records])
     if flavour == "llada" and (only is None or "llada/sequential_t0.7/none" in only):  # the sampled path (Gumbel noise per row)
         decoding = Decoding(DEFAULT_GEN_LENGTH, TINY_BLOCK, build_policy("blocks", steps=DEFAULT_GEN_LENGTH),
-                            build_selector("topk"))
+                            build_rule("topk"))
         sampling = Sampling(confidence_mask_in_softmax=confidence.confidence_mask_in_softmax, temperature=0.7,
                             seed=list(range(len(rows))))
         res = generate(model, prompts, torch.ones_like(prompts), DecodeSpec(decoding, sampling))
@@ -119,9 +119,9 @@ def vocab_runs(gen_length: int = 64, block: int = 32, current: bool = False) -> 
     ids[1, :8], mask[1, :8] = model.config.pad_token_id, 0
     out = {}
     tag, confidence = ("current_vocab", Sampling()) if current else ("vocab", EARLIER_CONFIDENCE)
-    for name, (selector, params) in VOCAB_RULES.items():
+    for name, (rule, params) in VOCAB_RULES.items():
         for cache in ("none", "prefix", "dual"):
-            decoding = Decoding(gen_length, block, build_policy("blocks"), build_selector(selector, **params),
+            decoding = Decoding(gen_length, block, build_policy("blocks"), build_rule(rule, **params),
                                 build_cache(cache))
             res = generate(model, ids, mask, DecodeSpec(decoding, confidence))
             out[f"{tag}/{name}/{cache}"] = digest(res.tokens, [r.nfe for r in res.records])

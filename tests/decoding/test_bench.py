@@ -18,10 +18,10 @@ def test_bench_paths_run_at_tiny_size(load_script):
                                                                                   "dkv_greedy")})
         # the real-vocabulary rows time adaptive rules (their warm-up runs them too)
         adaptive = bench.timed_decode(model, bench._prompt(model, 1, 16), 16, 8, bench.build_policy("blocks"),
-                                      bench.build_selector("threshold", threshold=0.9), presets["dual"])
+                                      bench.build_rule("threshold", threshold=0.9), presets["dual"])
     assert adaptive["steps"] >= 2
     assert list(steps["cache"]) == ["none", "dual", "dkv", "dkv_greedy"]
-    assert list(steps["selector"]) == ["topk", "topk", "topk", "random_order"]  # greedy: its own drawn order
+    assert list(steps["rule"]) == ["topk", "topk", "topk", "random_order"]  # greedy: its own drawn order
     assert (steps["steps"] == 4).all() and steps["outside_network_fraction"].between(0, 1).all()
     # FLOP model: dual's block-only steps compute less than no cache; dKV-Cache at two steps per block runs every
     # step in full (its steps 0 and 1), so exactly as much
@@ -42,9 +42,9 @@ def test_the_peak_and_each_steps_share_of_it(load_script):
 
 def test_bench_leaves_out_a_preset_its_loop_cannot_run(load_script):
     bench = load_script("bench")
-    policy, selector = bench.build_policy("blocks"), bench.build_selector("threshold", threshold=0.9)
-    assert "rule 'threshold'" in bench.runs_here(("dkv", {}), policy, selector, 16, 8)
-    assert bench.runs_here(("dual", {}), policy, selector, 16, 8) is None
+    policy, rule = bench.build_policy("blocks"), bench.build_rule("threshold", threshold=0.9)
+    assert "rule 'threshold'" in bench.runs_here(("dkv", {}), policy, rule, 16, 8)
+    assert bench.runs_here(("dual", {}), policy, rule, 16, 8) is None
 
 
 def test_profile_step_paths_run_at_tiny_size(load_script, capsys):

@@ -28,7 +28,7 @@ from dllm_bench.decoding import (
     Sampling,
     build_cache,
     build_policy,
-    build_selector,
+    build_rule,
     generate,
 )
 from dllm_bench.models import load_model
@@ -43,7 +43,7 @@ G, BLOCK = DEFAULT_GEN_LENGTH, 8
 # the paper cells' confidence precision (conf/experiment/): float64 in the LLaDA loops, the logits' dtype in Dream's
 PRECISION = {"llada": "float64", "dream": "model"}
 
-RULES = {  # name -> (policy, its parameters, selector, its parameters)
+RULES = {  # name -> (policy, its parameters, rule, its parameters)
     "topk": ("blocks", {"steps": G}, "topk", {}),
     "threshold": ("blocks", {}, "threshold", {"threshold": 0.9}),
     "factor": ("blocks", {}, "factor", {"f": 1.0}),
@@ -89,9 +89,9 @@ def _answers(flavour: str) -> torch.Tensor:
 
 
 def _decode(flavour: str, setting: tuple, cache_name: str, ids: torch.Tensor):
-    policy, params, selector, sparams = setting
+    policy, params, rule, sparams = setting
     block = G if policy in WHOLE or params.get("preset") == "dream" else BLOCK
-    decoding = Decoding(G, block, build_policy(policy, **params), build_selector(selector, **sparams) if selector else None,
+    decoding = Decoding(G, block, build_policy(policy, **params), build_rule(rule, **sparams) if rule else None,
                         build_cache(cache_name, **CACHES[cache_name]))
     spec = DecodeSpec(decoding, Sampling(confidence_precision=PRECISION[flavour]))
     with torch.no_grad():

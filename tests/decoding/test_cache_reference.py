@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dllm_bench.decoding import build_cache, build_policy, build_selector
+from dllm_bench.decoding import build_cache, build_policy, build_rule
 from dllm_bench.models import load_model
 from dllm_bench.models.cache import FeatureCache, KVCache
 
@@ -168,9 +168,9 @@ def reference_decode(net: PlainNetwork, prompt: list[int], rule: str, param=None
 
 def engine_decode(model, prompt, rule, param, steps, cache, block_length=BL):
     ids = torch.tensor([prompt])
-    selector = build_selector("topk") if rule == "topk" else build_selector("threshold", threshold=param)
+    rule = build_rule("topk") if rule == "topk" else build_rule("threshold", threshold=param)
     return spec_generate(model, ids, torch.ones_like(ids), gen_length=G, block_length=block_length,
-                         policy=build_policy("blocks", steps=steps), selector=selector, cache=cache)
+                         policy=build_policy("blocks", steps=steps), rule=rule, cache=cache)
 
 
 RULES = [("topk", None, 8), ("threshold", 0.6, None)]

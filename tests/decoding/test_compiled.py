@@ -20,7 +20,7 @@ from dllm_bench.decoding import (
     Sampling,
     build_cache,
     build_policy,
-    build_selector,
+    build_rule,
     generate,
 )
 from dllm_bench.models import load_model
@@ -43,7 +43,7 @@ def _decode(model, cache: str, puzzles: int) -> tuple[list[list[int]], list[int]
     prompts, _ = encode_batch(model.tokenizer, model.config, [r["puzzle"] for r in rows],
                               [r["solution"] for r in rows], DEFAULT_GEN_LENGTH)
     decoding = Decoding(DEFAULT_GEN_LENGTH, ref.TINY_BLOCK, build_policy("blocks"),
-                        build_selector("threshold", threshold=0.9), build_cache(cache), early_stop=True)
+                        build_rule("threshold", threshold=0.9), build_cache(cache), early_stop=True)
     with torch.no_grad():
         out = generate(model, prompts, torch.ones_like(prompts), DecodeSpec(decoding, Sampling()))
     return out.tokens.tolist(), [r.nfe for r in out.records]

@@ -9,7 +9,7 @@ from dllm_bench.decoding import (
     SLOWFAST_PRESETS,
     build_cache,
     build_policy,
-    build_selector,
+    build_rule,
     check_combination,
     count_generated_tokens,
 )
@@ -33,9 +33,9 @@ pytestmark = pytest.mark.fast  # the inner loop: make test-fast
         ("frechet", {"threshold": 0.5}, "unknown"),
     ],
 )
-def test_bad_selector_values(name, params, match):
+def test_bad_rule_values(name, params, match):
     with pytest.raises(ValueError, match=match):
-        build_selector(name, **params)
+        build_rule(name, **params)
 
 
 def test_bad_policy_and_cache_values():
@@ -64,7 +64,7 @@ def test_presets_match_code_and_paper():
 
 
 @pytest.mark.parametrize(
-    "policy,selector,cache,gen,block,match",
+    "policy,rule,cache,gen,block,match",
     [
         (("blocks", {}), ("frechet", {}), ("none", {}), 30, 8, "not a multiple of block_length"),
         (("blocks", {"steps": 10}), ("topk", {}), ("none", {}), 32, 8, "not divisible by the number of blocks"),
@@ -80,8 +80,8 @@ def test_presets_match_code_and_paper():
         (("dream", {"steps": 1}), None, ("prefix", {"compat_first_token": True}), 32, 32, "1 step per block"),
     ],
 )
-def test_incompatible_combinations(policy, selector, cache, gen, block, match):
-    sel = build_selector(selector[0], **selector[1]) if selector else None
+def test_incompatible_combinations(policy, rule, cache, gen, block, match):
+    sel = build_rule(rule[0], **rule[1]) if rule else None
     with pytest.raises(ValueError, match=match):
         check_combination(build_policy(policy[0], **policy[1]), sel, build_cache(cache[0], **cache[1]),
                           gen_length=gen, block_length=block)
@@ -92,14 +92,14 @@ def test_generate_rejects_before_any_forward():
     ids = torch.zeros(1, 2, dtype=torch.long)
     with pytest.raises(ValueError, match="classifier-free guidance"):
         spec_generate(net, ids, gen_length=8, block_length=8, policy=build_policy("blocks"),
-                      selector=build_selector("frechet"), cache=build_cache("dual"), cfg_scale=1.0)
+                      rule=build_rule("frechet"), cache=build_cache("dual"), cfg_scale=1.0)
     with pytest.raises(ValueError, match="confidence measure"):
         spec_generate(net, ids, gen_length=8, block_length=8, policy=build_policy("blocks"),
-                      selector=build_selector("frechet"), confidence="entropy")
+                      rule=build_rule("frechet"), confidence="entropy")
     assert net.calls == []  # both refused by the spec, before generate runs
     with pytest.raises(ValueError, match="oracle"):
         spec_generate(net, ids, gen_length=8, block_length=8, policy=build_policy("blocks"),
-                      selector=build_selector("oracle"))
+                      rule=build_rule("oracle"))
     assert net.calls == [(1, 10)]  # the oracle error comes at its first decision
 
 

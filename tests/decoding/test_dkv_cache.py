@@ -20,7 +20,7 @@ from dllm_bench.decoding import (
     Sampling,
     build_cache,
     build_policy,
-    build_selector,
+    build_rule,
     check_combination,
     generate,
 )
@@ -48,7 +48,7 @@ DREAM_DEFAULT_SETTINGS = covering_settings(DREAM_GOLDEN["settings"], lambda s: {
 
 def _spec(setting: dict, gen_length: int) -> DecodeSpec:
     return DecodeSpec(Decoding(gen_length, setting["block_length"], build_policy("blocks", steps=setting["steps"]),
-                               build_selector("topk"), build_cache("dkv", refresh_every=setting["refresh_every"])))
+                               build_rule("topk"), build_cache("dkv", refresh_every=setting["refresh_every"])))
 
 
 def _case(i: int, setting: dict, full: bool):
@@ -110,7 +110,7 @@ def test_dream_forward_positions_count_the_queries(dream):
 
 def test_refresh_every_one_is_the_uncached_decode(llada):
     prompts = torch.tensor(prompts_for(llada, lengths=(7, 7, 7), seed=3))
-    specs = [DecodeSpec(Decoding(16, 8, build_policy("blocks", steps=16), build_selector("topk"), cache))
+    specs = [DecodeSpec(Decoding(16, 8, build_policy("blocks", steps=16), build_rule("topk"), cache))
              for cache in (build_cache("none"), build_cache("dkv", refresh_every=1))]
     with torch.no_grad():
         plain, dkv = (generate(llada, prompts, None, s) for s in specs)
@@ -123,7 +123,7 @@ def test_forward_positions_count_the_queries(llada):
     2, 3, 5, 6, 7 runs the answer positions masked before step i - 1 (G - (i - 1), the next blocks included)."""
     P, G = 6, 16
     prompts = torch.tensor(prompts_for(llada, lengths=(P,), seed=4))
-    spec = DecodeSpec(Decoding(G, 8, build_policy("blocks", steps=16), build_selector("topk"),
+    spec = DecodeSpec(Decoding(G, 8, build_policy("blocks", steps=16), build_rule("topk"),
                                build_cache("dkv", refresh_every=4)))
     with torch.no_grad():
         out = generate(llada, prompts, None, spec)
@@ -138,7 +138,7 @@ def test_forward_positions_count_the_queries(llada):
 def test_batched_rows_that_part_decode_as_alone(llada):
     """Rows of one batch that fall out of lockstep (one finishes early) decode as they do alone."""
     prompts = prompts_for(llada, lengths=(7, 7), seed=5)
-    spec = DecodeSpec(Decoding(16, 8, build_policy("blocks", steps=8), build_selector("topk"),
+    spec = DecodeSpec(Decoding(16, 8, build_policy("blocks", steps=8), build_rule("topk"),
                                build_cache("dkv", refresh_every=2), early_stop=True))
     with torch.no_grad():
         both = generate(llada, torch.tensor(prompts), None, spec)
@@ -155,15 +155,15 @@ def test_batched_rows_that_part_decode_as_alone(llada):
 ])
 def test_combinations_the_published_loop_never_ran_are_refused(policy, rule, match):
     with pytest.raises(ValueError, match=match):
-        check_combination(build_policy(policy[0], **policy[1]), build_selector(rule[0], **rule[1]) if rule else None,
+        check_combination(build_policy(policy[0], **policy[1]), build_rule(rule[0], **rule[1]) if rule else None,
                           build_cache("dkv"), gen_length=16, block_length=8)
 
 
 def test_cfg_and_the_other_flavours_loop_are_refused(dream, llada):
     with pytest.raises(ValueError, match="classifier-free guidance runs only without a cache"):
-        check_combination(build_policy("blocks", steps=16), build_selector("topk"), build_cache("dkv"),
+        check_combination(build_policy("blocks", steps=16), build_rule("topk"), build_cache("dkv"),
                           gen_length=16, block_length=8, cfg_scale=1.0)
-    spec = DecodeSpec(Decoding(16, 8, build_policy("blocks", steps=16), build_selector("topk"), build_cache("dkv")))
+    spec = DecodeSpec(Decoding(16, 8, build_policy("blocks", steps=16), build_rule("topk"), build_cache("dkv")))
     with pytest.raises(ValueError, match=r"^cache 'dkv' runs on dream models with policy 'dream' \(the published "
                                          r"dream loop\), got policy 'blocks'$"):
         generate(dream, torch.tensor([[1, 2, 3]]), None, spec)

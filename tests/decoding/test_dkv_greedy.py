@@ -21,7 +21,7 @@ from dllm_bench.decoding import (
     Sampling,
     build_cache,
     build_policy,
-    build_selector,
+    build_rule,
     check_combination,
     generate,
 )
@@ -43,7 +43,7 @@ def _spec(setting: dict, gen_length: int) -> DecodeSpec:
     cache = (build_cache("dkv_greedy", refresh_every=setting["refresh_every"], window=setting["window"])
              if setting["enable_cache"] else build_cache("none"))
     return DecodeSpec(Decoding(gen_length, setting["block_length"], build_policy("blocks", steps=setting["steps"]),
-                               build_selector("random_order"), cache), Sampling(seed=setting["seed"]))
+                               build_rule("random_order"), cache), Sampling(seed=setting["seed"]))
 
 
 def _case(i: int, setting: dict, full: bool):
@@ -99,7 +99,7 @@ def test_a_left_padded_row_draws_over_its_own_canvas():
 
 def test_refresh_every_step_is_the_uncached_decode():
     prompts = torch.tensor([_prompts()[c["sample_id"]] for c in GOLDEN["settings"][0]["cases"][:3]])
-    specs = [DecodeSpec(Decoding(24, 8, build_policy("blocks", steps=24), build_selector("random_order"), cache))
+    specs = [DecodeSpec(Decoding(24, 8, build_policy("blocks", steps=24), build_rule("random_order"), cache))
              for cache in (build_cache("none"), build_cache("dkv_greedy", refresh_every=1))]
     with torch.no_grad():
         plain, greedy = (generate(_model(), prompts, None, s) for s in specs)
@@ -148,7 +148,7 @@ def test_window_is_the_published_walk(case):
 ])
 def test_refusals_name_the_value(policy, rule, cache, message):
     with pytest.raises(ValueError, match=message):
-        check_combination(build_policy(policy[0], **policy[1]), build_selector(rule[0], **rule[1]),
+        check_combination(build_policy(policy[0], **policy[1]), build_rule(rule[0], **rule[1]),
                           build_cache(cache[0], **cache[1]), gen_length=24, block_length=8)
 
 

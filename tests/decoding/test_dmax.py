@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from dllm_bench.decoding import DecodeSpec, Decoding, Sampling, build_cache, build_policy
-from dllm_bench.decoding.config import build_selector
+from dllm_bench.decoding.config import build_rule
 from dllm_bench.models.tiny_blocks import make_random_block_checkpoint
 
 from .conftest import prompts_for
@@ -118,7 +118,7 @@ def test_batch_decodes_as_each_row_alone(llada2):
 def test_an_adaptive_rule_commits_the_masks(llada2):
     prompts = prompts_for(llada2, (8,), seed=4)
     out = spec_generate(llada2, torch.tensor(prompts), None, gen_length=16, block_length=4,
-                        policy=build_policy("dmax"), selector=build_selector("threshold", threshold=0.3),
+                        policy=build_policy("dmax"), rule=build_rule("threshold", threshold=0.3),
                         confidence_precision="float32")
     assert (out.tokens != llada2.config.mask_token_id).all()
 
@@ -131,7 +131,7 @@ def test_an_adaptive_rule_commits_the_masks(llada2):
 ])
 def test_refused_combinations(cache, rule, cfg, needle):
     with pytest.raises(ValueError, match=needle):
-        DecodeSpec(Decoding(16, 8, build_policy("dmax"), build_selector(rule) if rule else None, build_cache(cache)),
+        DecodeSpec(Decoding(16, 8, build_policy("dmax"), build_rule(rule) if rule else None, build_cache(cache)),
                    Sampling(cfg_scale=cfg))
 
 

@@ -15,7 +15,7 @@ from dllm_bench.decoding import (
     DreamThresholdPolicy,
     build_cache,
     build_policy,
-    build_selector,
+    build_rule,
     check_combination,
 )
 from dllm_bench.decoding.policies import StepContext
@@ -245,8 +245,8 @@ def test_build_defaults_to_the_published_threshold():
 
 
 @pytest.mark.parametrize("kwargs,needle", [
-    (dict(selector=("threshold", {"threshold": 0.9})), "selector must be None"),
-    (dict(selector=("topk", {})), "selector must be None"),
+    (dict(rule=("threshold", {"threshold": 0.9})), "rule must be None"),
+    (dict(rule=("topk", {})), "rule must be None"),
     (dict(block_length=8), "no blocks"),
     (dict(steps=5), "must divide gen_length"),
     (dict(cache=("prefix", {"compat_first_token": True})), "without a cache"),
@@ -256,7 +256,7 @@ def test_build_defaults_to_the_published_threshold():
 ])
 def test_check_combination_refuses_what_the_published_loop_never_ran(kwargs, needle):
     pol = build_policy("dream_threshold", steps=kwargs.get("steps", 4))
-    sel = build_selector(kwargs["selector"][0], **kwargs["selector"][1]) if "selector" in kwargs else None
+    sel = build_rule(kwargs["rule"][0], **kwargs["rule"][1]) if "rule" in kwargs else None
     cache_name, cache_params = kwargs.get("cache", ("none", {}))
     cache = build_cache(cache_name, **cache_params)
     with pytest.raises(ValueError, match=needle) as err:

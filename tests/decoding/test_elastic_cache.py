@@ -217,7 +217,7 @@ def test_parameters_and_combinations_are_refused_in_one_line():
             build_cache("elastic", **params)
     cache_ = build_cache("elastic")
     with pytest.raises(ValueError, match=r"^cache 'elastic' .* policy 'blocks'; got policy 'wino'"):
-        cache_.check_combination(policy=build_policy("wino"), selector=None, gen_length=GEN, block_length=BLOCK)
+        cache_.check_combination(policy=build_policy("wino"), rule=None, gen_length=GEN, block_length=BLOCK)
     with pytest.raises(ValueError, match=r"^cache 'elastic' .* rule 'klass' reads positions beyond the block"):
-        cache_.check_combination(policy=build_policy("blocks"), selector=build_rule("klass"), gen_length=GEN,
+        cache_.check_combination(policy=build_policy("blocks"), rule=build_rule("klass"), gen_length=GEN,
                                  block_length=BLOCK)

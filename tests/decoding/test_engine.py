@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dllm_bench.decoding import build_cache, build_policy, build_selector
+from dllm_bench.decoding import build_cache, build_policy, build_rule
 
 from .conftest import left_pad, prompts_for
 from .spec_kwargs import spec_generate
@@ -13,12 +13,12 @@ from .spec_kwargs import spec_generate
 G, BL = 16, 8
 
 
-def run(model, prompts, *, policy=("blocks", {}), selector=("frechet", {"delta": 0.2}), cache=("none", {}),
+def run(model, prompts, *, policy=("blocks", {}), rule=("frechet", {"delta": 0.2}), cache=("none", {}),
         gen_length=G, block_length=BL, **kw):
     ids, mask = left_pad(prompts, model.config.pad_token_id)
-    sel = build_selector(selector[0], **selector[1]) if selector else None
+    sel = build_rule(rule[0], **rule[1]) if rule else None
     return spec_generate(model, ids, mask, gen_length=gen_length, block_length=block_length,
-                         policy=build_policy(policy[0], **policy[1]), selector=sel,
+                         policy=build_policy(policy[0], **policy[1]), rule=sel,
                          cache=build_cache(cache[0], **cache[1]), **kw)
 
 
@@ -61,18 +61,18 @@ def reference_decode(model, prompt, rule, param=None, steps=None):
 
 @pytest.mark.parametrize("rule,param,steps", [("topk", None, 8), ("threshold", 0.6, None), ("frechet", 0.1, None)])
 def test_engine_matches_simple_reference_loop(llada, rule, param, steps):
-    selector = {"topk": ("topk", {}), "threshold": ("threshold", {"threshold": param}),
+    rule_spec = {"topk": ("topk", {}), "threshold": ("threshold", {"threshold": param}),
                 "frechet": ("frechet", {"delta": param})}[rule]
     for prompt in prompts_for(llada):
         want, want_nfe = reference_decode(llada, prompt, rule, param, steps)
-        out = run(llada, [prompt], selector=selector, policy=("blocks", {"steps": steps}))
+        out = run(llada, [prompt], rule=rule_spec, policy=("blocks", {"steps": steps}))
         assert out.tokens[0].tolist() == want.tolist()
         assert out.records[0].nfe == want_nfe
 
 
 # ---------------------------------------------------------------- batched == alone
 
-SELECTORS = {
+RULES = {
     "topk": (("topk", {}), ("blocks", {"steps": 8})),
     "threshold": (("threshold", {"threshold": 0.7}), ("blocks", {})),
     "factor": (("factor", {"f": 1.0}), ("blocks", {})),
@@ -89,32 +89,32 @@ CACHES = {
 
 
 @pytest.mark.parametrize("cache", sorted(CACHES))
-@pytest.mark.parametrize("selector", sorted(SELECTORS))
-def test_batched_equals_alone(llada, selector, cache):
-    sel, pol = SELECTORS[selector]
+@pytest.mark.parametrize("rule", sorted(RULES))
+def test_batched_equals_alone(llada, rule, cache):
+    sel, pol = RULES[rule]
     prompts = prompts_for(llada)
-    batched = run(llada, prompts, selector=sel, policy=pol, cache=CACHES[cache])
+    batched = run(llada, prompts, rule=sel, policy=pol, cache=CACHES[cache])
     for i, prompt in enumerate(prompts):
-        alone = run(llada, [prompt], selector=sel, policy=pol, cache=CACHES[cache])
+        alone = run(llada, [prompt], rule=sel, policy=pol, cache=CACHES[cache])
         assert batched.tokens[i].tolist() == alone.tokens[0].tolist()
         assert batched.records[i].nfe == alone.records[0].nfe
     assert (batched.tokens != llada.config.mask_token_id).all()
 
 
 @pytest.mark.parametrize("cache", ["none", "prefix", "dual", "dllm"])
-@pytest.mark.parametrize("selector", ["topk", "threshold", "frechet"])
-def test_dream_batched_equals_alone(dream, selector, cache):
-    sel, pol = SELECTORS[selector]
+@pytest.mark.parametrize("rule", ["topk", "threshold", "frechet"])
+def test_dream_batched_equals_alone(dream, rule, cache):
+    sel, pol = RULES[rule]
     prompts = prompts_for(dream, seed=1)
-    batched = run(dream, prompts, selector=sel, policy=pol, cache=CACHES[cache])
+    batched = run(dream, prompts, rule=sel, policy=pol, cache=CACHES[cache])
     for i, prompt in enumerate(prompts):
-        alone = run(dream, [prompt], selector=sel, policy=pol, cache=CACHES[cache])
+        alone = run(dream, [prompt], rule=sel, policy=pol, cache=CACHES[cache])
         assert batched.tokens[i].tolist() == alone.tokens[0].tolist()
         assert batched.records[i].nfe == alone.records[0].nfe
 
 
 def test_rows_finish_at_different_steps_and_stop_costing(llada):
-    out = run(llada, prompts_for(llada), selector=("threshold", {"threshold": 0.7}))
+    out = run(llada, prompts_for(llada), rule=("threshold", {"threshold": 0.7}))
     nfes = [r.nfe for r in out.records]
     assert len(set(nfes)) > 1  # the rows really desynchronise, so the batched test exercises cohorts
     # no cache: every forward computes the row's real prompt tokens (not the batch's left padding) and the answer
@@ -145,9 +145,9 @@ def test_kv_cache_one_block_refreshed_every_step_equals_no_cache(llada, dream, c
 
 def test_prefix_and_dual_compute_fewer_positions(llada):
     prompts = prompts_for(llada)
-    base = run(llada, prompts, selector=("topk", {}), policy=("blocks", {"steps": 8}))
+    base = run(llada, prompts, rule=("topk", {}), policy=("blocks", {"steps": 8}))
     for cache in ("prefix", "dual"):
-        out = run(llada, prompts, selector=("topk", {}), policy=("blocks", {"steps": 8}), cache=(cache, {}))
+        out = run(llada, prompts, rule=("topk", {}), policy=("blocks", {"steps": 8}), cache=(cache, {}))
         assert [r.nfe for r in out.records] == [r.nfe for r in base.records]
         assert all(o.forward_positions < b.forward_positions for o, b in zip(out.records, base.records))
 
@@ -165,17 +165,17 @@ def test_dream_compat_first_token_commits_only_the_block_start_at_refresh(dream)
 @pytest.mark.parametrize("alg", ["maskgit_plus", "topk_margin", "entropy", "origin"])
 def test_dream_policy_runs_exactly_steps_and_fills_everything(dream, alg):
     prompts = prompts_for(dream)
-    out = run(dream, prompts, policy=("dream", {"steps": 6, "alg": alg}), selector=None, block_length=G, seed=[1, 2, 3])
+    out = run(dream, prompts, policy=("dream", {"steps": 6, "alg": alg}), rule=None, block_length=G, seed=[1, 2, 3])
     assert all(r.nfe == 6 for r in out.records)
     assert (out.tokens != dream.config.mask_token_id).all()
-    alone = run(dream, prompts[1:2], policy=("dream", {"steps": 6, "alg": alg}), selector=None, block_length=G, seed=2)
+    alone = run(dream, prompts[1:2], policy=("dream", {"steps": 6, "alg": alg}), rule=None, block_length=G, seed=2)
     assert out.tokens[1].tolist() == alone.tokens[0].tolist()
 
 
 def test_oracle_reproduces_sequential_decode_with_fewer_forwards(llada):
     prompts = prompts_for(llada)
-    sequential = run(llada, prompts, selector=("topk", {}), policy=("blocks", {"steps": G}))
-    oracle = run(llada, prompts, selector=("oracle", {}), reference=sequential.tokens)
+    sequential = run(llada, prompts, rule=("topk", {}), policy=("blocks", {"steps": G}))
+    oracle = run(llada, prompts, rule=("oracle", {}), reference=sequential.tokens)
     assert torch.equal(oracle.tokens, sequential.tokens)
     assert all(o.nfe <= s.nfe for o, s in zip(oracle.records, sequential.records))
     assert any(o.nfe < s.nfe for o, s in zip(oracle.records, sequential.records))
@@ -184,10 +184,10 @@ def test_oracle_reproduces_sequential_decode_with_fewer_forwards(llada):
 def test_early_stop_ends_rows_at_their_first_stop_token(llada):
     eos = llada.config.eos_token_id
     prompts = prompts_for(llada)
-    base = run(llada, prompts, selector=("topk", {}), policy=("blocks", {"steps": G}))
+    base = run(llada, prompts, rule=("topk", {}), policy=("blocks", {"steps": G}))
     # choose a stop id that the decode actually produces early in some row
     stop = int(base.tokens[0, 2])
-    early = run(llada, prompts, selector=("topk", {}), policy=("blocks", {"steps": G}), early_stop=True,
+    early = run(llada, prompts, rule=("topk", {}), policy=("blocks", {"steps": G}), early_stop=True,
                 stop_token_ids=[stop, eos])
     for b in range(len(prompts)):
         row = base.tokens[b].tolist()
@@ -226,7 +226,7 @@ def test_model_kwargs_reach_every_forward_sliced_to_the_rows_run(llada):
     ids, mask = left_pad(prompts, llada.config.pad_token_id)
     extra = torch.arange(3).unsqueeze(1).expand(3, ids.shape[1] + G)
     spec_generate(Recorder(), ids, mask, gen_length=G, block_length=BL, policy=build_policy("blocks"),
-                  selector=build_selector("threshold", threshold=0.7), cache=build_cache("dual"), model_kwargs={"extra": extra})
+                  rule=build_rule("threshold", threshold=0.7), cache=build_cache("dual"), model_kwargs={"extra": extra})
     assert all(b == e for b, e, _ in seen)
     assert any(rows != [0, 1, 2] for _, _, rows in seen)  # finished rows were dropped from some forwards
 
@@ -248,10 +248,10 @@ def test_token_counts_and_trace(llada):
 @pytest.mark.parametrize("cache", sorted(CACHES))
 def test_oracle_batched_equals_alone(llada, cache):
     prompts = prompts_for(llada)
-    reference = run(llada, prompts, selector=("topk", {}), policy=("blocks", {"steps": G})).tokens
-    batched = run(llada, prompts, selector=("oracle", {}), cache=CACHES[cache], reference=reference)
+    reference = run(llada, prompts, rule=("topk", {}), policy=("blocks", {"steps": G})).tokens
+    batched = run(llada, prompts, rule=("oracle", {}), cache=CACHES[cache], reference=reference)
     for i, prompt in enumerate(prompts):
-        alone = run(llada, [prompt], selector=("oracle", {}), cache=CACHES[cache], reference=reference[i : i + 1])
+        alone = run(llada, [prompt], rule=("oracle", {}), cache=CACHES[cache], reference=reference[i : i + 1])
         assert batched.tokens[i].tolist() == alone.tokens[0].tolist()
         assert batched.records[i].nfe == alone.records[0].nfe
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dllm_bench.decoding import build_cache, build_policy, build_selector
+from dllm_bench.decoding import build_cache, build_policy, build_rule
 from dllm_bench.models import load_model
 from dllm_bench.runner.sharding import DistContext, shard
 
@@ -23,9 +23,9 @@ def network(request, tiny_llada_dir, tiny_dream_dir):
     return model
 
 
-def decode(model, prompts, policy, selector, cache, block_length=BL):
+def decode(model, prompts, policy, rule, cache, block_length=BL):
     ids, mask = left_pad(prompts, model.config.pad_token_id)
-    return spec_generate(model, ids, mask, gen_length=G, block_length=block_length, policy=policy, selector=selector,
+    return spec_generate(model, ids, mask, gen_length=G, block_length=block_length, policy=policy, rule=rule,
                          cache=cache)
 
 
@@ -48,7 +48,7 @@ def test_positions_of_a_document_do_not_depend_on_batch_or_sharding(network, cas
 
     def run(prompts):
         return decode(network, prompts, build_policy(pol[0], **pol[1]),
-                      build_selector(sel[0], **sel[1]) if sel else None, build_cache(cache[0], **cache[1]),
+                      build_rule(sel[0], **sel[1]) if sel else None, build_cache(cache[0], **cache[1]),
                       block_length=block_length).records
 
     docs = prompts_for(network, LENGTHS)
@@ -71,12 +71,12 @@ def test_positions_by_formula_for_each_cache(network):
     [block_start, end) (+1 before it for Dream's shift); dual = a refresh then the block (+1); dLLM-Cache = the
     refreshed part(s) plus the verified tokens."""
     shift = int(network.config.shift_logits)
-    policy, selector = build_policy("blocks", steps=STEPS), build_selector("topk")
+    policy, rule = build_policy("blocks", steps=STEPS), build_rule("topk")
     per_block = STEPS // (G // BL)
     for prompt in prompts_for(network, (9, 5)):
         P = len(prompt)
         full = P + G
-        got = {name: decode(network, [prompt], policy, selector, build_cache(name)).records[0].forward_positions
+        got = {name: decode(network, [prompt], policy, rule, build_cache(name)).records[0].forward_positions
                for name in ("none", "prefix", "dual")}
         assert got["none"] == STEPS * full
         assert got["prefix"] == sum(full + (per_block - 1) * (G - b * BL + shift) for b in range(G // BL))
@@ -86,4 +86,4 @@ def test_positions_by_formula_for_each_cache(network):
         for step in range(1, STEPS + 1):
             rp, rr, rho = cfg.plan(step)
             want += (P if rp else 0) + (G if rr else int(G * rho))
-        assert decode(network, [prompt], policy, selector, cfg).records[0].forward_positions == want
+        assert decode(network, [prompt], policy, rule, cfg).records[0].forward_positions == want

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import dllm_bench.tiny
-from dllm_bench.decoding import build_cache, build_policy, build_selector
+from dllm_bench.decoding import build_cache, build_policy, build_rule
 from dllm_bench.models import DiffusionLM, load_model
 from dllm_bench.tasks.sudoku import SudokuTask
 from dllm_bench.tiny.encoding import encode_batch
@@ -33,7 +33,7 @@ def test_candidate_and_window_heads_equal_the_full_head(flavour: str, cache: str
         monkeypatch.setattr(DiffusionLM, "accepts_logits_at", at)
         monkeypatch.setattr(DiffusionLM, "accepts_logits_range", window)
         outs.append(spec_generate(model, prompts, torch.ones_like(prompts), gen_length=24, block_length=8,
-                                  policy=build_policy("blocks"), selector=build_selector("frechet", delta=0.25),
+                                  policy=build_policy("blocks"), rule=build_rule("frechet", delta=0.25),
                                   cache=build_cache(cache)))
     for other in outs[1:]:
         assert torch.equal(outs[0].tokens, other.tokens)

@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from dllm_bench.decoding import DecodeSpec, Decoding, Sampling, build_cache, build_policy
-from dllm_bench.decoding.config import build_selector
+from dllm_bench.decoding.config import build_rule
 from dllm_bench.models import load_model
 from dllm_bench.models.tiny_blocks import make_random_block_checkpoint
 
@@ -163,7 +163,7 @@ def test_edits_are_counted_per_step_and_sample_on_the_tiny_llada():
 def test_an_adaptive_rule_commits_the_masks(checkpoint):
     model = load_model(checkpoint, device="cpu")
     out = spec_generate(model, torch.tensor(prompts_for(model, (8,), seed=4)), None, gen_length=8, block_length=4,
-                        policy=build_policy("llada21"), selector=build_selector("threshold", threshold=0.3),
+                        policy=build_policy("llada21"), rule=build_rule("threshold", threshold=0.3),
                         confidence_precision="float32")
     assert (out.tokens != model.config.mask_token_id).all()
 
@@ -175,7 +175,7 @@ def test_an_adaptive_rule_commits_the_masks(checkpoint):
 ])
 def test_refused_combinations(cache, rule, needle):
     with pytest.raises(ValueError, match=needle):
-        DecodeSpec(Decoding(16, 8, build_policy("llada21"), build_selector(rule) if rule else None, build_cache(cache)),
+        DecodeSpec(Decoding(16, 8, build_policy("llada21"), build_rule(rule) if rule else None, build_cache(cache)),
                    Sampling())
 
 

@@ -1,4 +1,4 @@
-"""No returned answer holds the mask id: every policy x selector x cache x compat combination the builders accept,
+"""No returned answer holds the mask id: every policy x rule x cache x compat combination the builders accept,
 and ``generate`` raising (never returning) when a schedule would leave one."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import dllm_bench.decoding.spec as spec_module
-from dllm_bench.decoding import build_cache, build_policy, build_selector, check_combination
+from dllm_bench.decoding import build_cache, build_policy, build_rule, check_combination
 from dllm_bench.decoding.policies import BlockPolicy
 
 from .conftest import left_pad, prompts_for
@@ -31,11 +31,11 @@ CACHES = [("none", {}), *[(c, {"compat_first_token": f}) for c in ("prefix", "du
             for z in (True, False)]]
 
 
-def accepted(policy, selector, cache):
+def accepted(policy, rule, cache):
     """The block length the combination runs with (8, else the whole answer), or None when it is refused."""
     for block_length in (8, G):
         try:
-            check_combination(policy, selector, cache, gen_length=G, block_length=block_length)
+            check_combination(policy, rule, cache, gen_length=G, block_length=block_length)
             return block_length
         except ValueError:
             continue
@@ -50,13 +50,13 @@ def test_no_answer_holds_a_mask_id_for_any_accepted_combination(llada, dream, fl
     ran = 0
     for (pol, sel), (cache_name, cache_params) in itertools.product(POLICIES, CACHES):
         policy = build_policy(pol[0], **pol[1])
-        selector = build_selector(sel[0], **sel[1]) if sel else None
+        rule = build_rule(sel[0], **sel[1]) if sel else None
         cache = build_cache(cache_name, **cache_params)
-        block_length = accepted(policy, selector, cache)
+        block_length = accepted(policy, rule, cache)
         if block_length is None:
             continue
         reference = torch.randint(0, 90, (ids.shape[0], G)) if sel and sel[0] == "oracle" else None
-        out = spec_generate(model, ids, mask, gen_length=G, block_length=block_length, policy=policy, selector=selector,
+        out = spec_generate(model, ids, mask, gen_length=G, block_length=block_length, policy=policy, rule=rule,
                             cache=cache, reference=reference)  # generate itself raises on a left-over mask id
         assert not (out.tokens == model.config.mask_token_id).any(), (pol, sel, cache_name, cache_params)
         ran += 1
@@ -67,7 +67,7 @@ def test_fixed_steps_with_forced_first_token_flush_the_block_remainder(dream):
     """Fixed steps (4 per block of 8: 2 each) + compat_first_token: the refresh commits 1, the last step the rest."""
     ids, mask = left_pad(prompts_for(dream)[:1], dream.config.pad_token_id)
     out = spec_generate(dream, ids, mask, gen_length=G, block_length=8, policy=build_policy("blocks", steps=8),
-                        selector=build_selector("topk"), cache=build_cache("dual", compat_first_token=True), trace=True)
+                        rule=build_rule("topk"), cache=build_cache("dual", compat_first_token=True), trace=True)
     assert [t.n_committed for t in out.records[0].trace] == [1, 2, 2, 3] * 2
     assert out.records[0].nfe == 8
 
@@ -84,4 +84,4 @@ def test_generate_raises_instead_of_returning_a_mask_id(llada, monkeypatch):
     ids, mask = left_pad(prompts_for(llada)[:2], llada.config.pad_token_id)
     with pytest.raises(RuntimeError, match=r"left \d+ mask ids in rows \[0, 1\]"):
         spec_generate(llada, ids, mask, gen_length=G, block_length=8, policy=Quitter(steps=8),
-                      selector=build_selector("topk"))
+                      rule=build_rule("topk"))

@@ -19,7 +19,7 @@ from dllm_bench.decoding import (
     build_policy,
     generate,
 )
-from dllm_bench.decoding.config import build_selector
+from dllm_bench.decoding.config import build_rule
 from dllm_bench.models import load_model
 
 from .machine_goldens import NEAR_TIE, decision_margin, same_machine
@@ -181,9 +181,9 @@ def test_refusals_name_the_value():
         build_policy("pipeline", preset="nope")
     policy = build_policy("pipeline")
     with pytest.raises(ValueError, match="rule 'threshold' has no place"):
-        policy.check_combination(build_selector("threshold"), build_cache("none"), gen_length=24, block_length=8)
+        policy.check_combination(build_rule("threshold"), build_cache("none"), gen_length=24, block_length=8)
     with pytest.raises(ValueError, match="policy that grows the canvas"):
-        build_cache("committed_blocks").check_combination(policy=build_policy("blocks"), selector=None,
+        build_cache("committed_blocks").check_combination(policy=build_policy("blocks"), rule=None,
                                                           gen_length=24, block_length=8)
     prompt = torch.tensor([puzzle_prompts("llada")["sudoku4-0000"]])
     spec = DecodeSpec(Decoding(24, 8, policy, None, build_cache("committed_blocks"), early_stop=False), Sampling(),

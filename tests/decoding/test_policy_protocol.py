@@ -84,7 +84,7 @@ def test_every_registered_policy_follows_the_protocol(name):
 def test_the_package_exports_every_registered_rule_cache_and_policy():
     registered = {cls.__name__ for reg in (decoding.RULES, decoding.CACHES, decoding.POLICIES) for cls in reg.values()}
     assert registered <= set(decoding.__all__)
-    assert {"build_rule", "build_policy", "build_cache", "build_selector", "generate"} <= set(decoding.__all__)
+    assert {"build_rule", "build_policy", "build_cache", "generate"} <= set(decoding.__all__)
 
 
 def test_a_policy_registered_in_its_own_file_builds_checks_and_decodes(left_to_right):

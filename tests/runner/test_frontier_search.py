@@ -15,7 +15,7 @@ import pytest
 from hydra.core.global_hydra import GlobalHydra
 from optuna.trial import TrialState
 
-from dllm_bench.decoding.config import CACHES, SELECTORS
+from dllm_bench.decoding.config import CACHES, RULES
 from dllm_bench.report.frontier import load_studies, write_report
 from dllm_bench.run import app
 from dllm_bench.runner.config import CONF_DIR
@@ -153,7 +153,7 @@ def test_every_adaptive_rule_and_cache_knob_has_a_search():
     """From the registries: each adaptive rule with numeric parameters has conf/hparams_search/<rule>.yaml searching
     all of them; each cache with numeric knobs has cache_<name>.yaml searching some of them."""
     searches = _searches()
-    rules = {n: c for n, c in SELECTORS.items() if c.adaptive and _numeric_fields(c)}
+    rules = {n: c for n, c in RULES.items() if c.adaptive and _numeric_fields(c)}
     assert {"threshold", "frechet", "credit", "klass"} <= set(rules)
     for name, cls in rules.items():
         assert name in searches, f"rule {name!r} has no conf/hparams_search/{name}.yaml"

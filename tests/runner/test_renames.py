@@ -21,7 +21,7 @@ from dllm_bench.runner.validate import ConfigError, validate_config
 pytestmark = pytest.mark.fast
 
 ROOT = Path(__file__).resolve().parents[2]
-KIND = {"rule": "selector", "policy": "policy", "cache": "cache"}
+KIND = {"rule": "rule", "policy": "policy", "cache": "cache"}
 
 
 def option_file(group: str, option: str) -> str:

@@ -13,10 +13,10 @@ from dllm_bench.decoding.config import (
     DreamThresholdPolicy,
     DualCache,
     NoCache,
-    OracleSelector,
+    OracleRule,
     SlowFastPolicy,
-    ThresholdSelector,
-    TopKSelector,
+    ThresholdRule,
+    TopKRule,
 )
 from dllm_bench.runner.components import build_spec
 from dllm_bench.runner.engine import DecodingEngine
@@ -34,7 +34,7 @@ def run_config(compose_cfg):
 
 @pytest.mark.parametrize("overrides,decoding,sampling", [
     (["rule=threshold", "rule.threshold=0.8", "cache=dual", "temperature=0.5", "seed=7"],
-     Decoding(24, 8, BlockPolicy(steps=None), ThresholdSelector(threshold=0.8), DualCache(), early_stop=True),
+     Decoding(24, 8, BlockPolicy(steps=None), ThresholdRule(threshold=0.8), DualCache(), early_stop=True),
      Sampling(temperature=0.5, seed=7)),
     (["policy=slowfast_code", "cache=dllm", "confidence_precision=float32", "confidence_mask_in_softmax=false"],
      Decoding(24, 8, SlowFastPolicy(explore_steps=6, converge_threshold=0.3, stability_window=2, stability_threshold=1.0,
@@ -46,7 +46,7 @@ def run_config(compose_cfg):
      Decoding(24, 24, DreamThresholdPolicy(steps=4, threshold=0.9), None, NoCache(), early_stop=False),
      Sampling()),
     (["rule=oracle", "gen_length=16"],
-     Decoding(16, 8, BlockPolicy(steps=None), OracleSelector(), NoCache(), early_stop=True), Sampling()),
+     Decoding(16, 8, BlockPolicy(steps=None), OracleRule(), NoCache(), early_stop=True), Sampling()),
 ])
 def test_the_run_spec_equals_the_one_written_by_hand(run_config, overrides, decoding, sampling):
     assert build_spec(run_config(*overrides)) == DecodeSpec(decoding, sampling, Accounting())
@@ -59,9 +59,9 @@ def test_trace_is_the_run_specs_accounting(run_config):
 def test_the_oracle_run_decodes_against_its_sequential_reference_spec(run_config):
     c = run_config("rule=oracle", "gen_length=16", "early_stop=false")
     engine = DecodingEngine(c, DistContext())
-    assert engine.spec == DecodeSpec(Decoding(16, 8, BlockPolicy(), OracleSelector(), NoCache()), Sampling(),
+    assert engine.spec == DecodeSpec(Decoding(16, 8, BlockPolicy(), OracleRule(), NoCache()), Sampling(),
                                      Accounting(tokenizer=engine.tokenizer))
-    assert engine.sequential == DecodeSpec(Decoding(16, 8, BlockPolicy(steps=16), TopKSelector(), NoCache()))
+    assert engine.sequential == DecodeSpec(Decoding(16, 8, BlockPolicy(steps=16), TopKRule(), NoCache()))
     prompts, docs = ["3 1 _ 4"], [{"sample_id": "a"}]
     extra = engine.prepare(prompts, docs, [5])
     assert tuple(extra["reference"].shape) == (1, 16)

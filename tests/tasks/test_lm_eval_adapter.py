@@ -21,7 +21,7 @@ from dllm_bench.decoding import (
     Sampling,
     build_cache,
     build_policy,
-    build_selector,
+    build_rule,
     generate,
 )
 from dllm_bench.lm_eval_adapter import DllmBenchLM
@@ -88,7 +88,7 @@ def test_adapter_completions_equal_a_direct_decode(lm_eval_run, tiny_llada_dir, 
     prompt = sample["arguments"][0][0]
     model = load_model(str(tiny_llada_dir), device="cpu")
     ids = torch.tensor([model.tokenizer.encode(prompt)])
-    decoding = Decoding(GEN, BLOCK, build_policy("blocks"), build_selector("frechet", delta=0.25), build_cache("dual"))
+    decoding = Decoding(GEN, BLOCK, build_policy("blocks"), build_rule("frechet", delta=0.25), build_cache("dual"))
     sampling = Sampling(seed=[0 ^ zlib.crc32(prompt.encode("utf-8"))])
     out = generate(model, ids, torch.ones_like(ids), DecodeSpec(decoding, sampling))
     tokens = out.tokens[0].tolist()

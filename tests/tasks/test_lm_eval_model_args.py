@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from lm_eval.utils import simple_parse_args_string
 
-from dllm_bench.decoding.config import DLLMCache, FrechetSelector, SlowFastPolicy
+from dllm_bench.decoding.config import DLLMCache, FrechetRule, SlowFastPolicy
 from dllm_bench.lm_eval_adapter import OLD_NAMES, adapter_run_config
 from dllm_bench.runner.combinations import Refused, find_setting, first_rule, option_name, options
 from dllm_bench.runner.components import build_spec
@@ -26,7 +26,7 @@ def test_the_runner_keys_build_the_runners_spec():
     spec = spec_of("pretrained=/w,rule=frechet,rule.delta=0.2,cache=dllm,cache.prompt_interval=100,"
                    "policy=slowfast_code,gen_length=64,block_length=64")
     d = spec.decoding
-    assert isinstance(d.selector, FrechetSelector) and d.selector.delta == 0.2
+    assert isinstance(d.rule, FrechetRule) and d.rule.delta == 0.2
     assert isinstance(d.cache, DLLMCache) and d.cache.prompt_interval == 100
     assert isinstance(d.policy, SlowFastPolicy) and d.policy.explore_steps == 6
     assert (d.gen_length, d.block_length, d.early_stop) == (64, 64, False)
@@ -55,7 +55,7 @@ def test_every_option_of_every_group_is_reachable(group):
         setting = reachable_setting(group, option)
         assert setting is not None, f"{group}={option} runs with no policy, rule and cache option"
         spec = spec_of(",".join(["pretrained=/w", *setting.overrides()]))
-        built = getattr(spec.decoding, "selector" if group == "rule" else group)
+        built = getattr(spec.decoding, group)
         assert (built.name if built is not None else "none") == option_name(group, option)
 
 

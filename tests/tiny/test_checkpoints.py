@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dllm_bench.decoding import DecodeSpec, Decoding, build_cache, build_policy, build_selector, generate
+from dllm_bench.decoding import DecodeSpec, Decoding, build_cache, build_policy, build_rule, generate
 from dllm_bench.models import load_model
 from dllm_bench.tasks.chat import render_prompt
 from dllm_bench.tasks.sudoku import SudokuTask
@@ -47,10 +47,10 @@ def test_runner_prompt_text_tokenizes_to_the_training_prompt(shipped):
 # Lower bounds a little under what the shipped weights solve of these 16 (sequential, sequential + dual,
 # threshold 0.9, threshold 0.9 + dual, factor 1.0, Fréchet 0.25, factor + dual, Fréchet + dual: LLaDA 16, 16,
 # 16, 16, 16, 16, 15, 15; Dream 16, 16, 16, 16, 15, 15, 15, 16); the model cards have the 500-puzzle numbers.
-SELECTOR_PARAMS = {"topk": {}, "threshold": {"threshold": 0.9}, "factor": {"f": 1.0}, "frechet": {"delta": 0.25}}
+RULE_PARAMS = {"topk": {}, "threshold": {"threshold": 0.9}, "factor": {"f": 1.0}, "frechet": {"delta": 0.25}}
 
 
-@pytest.mark.parametrize("selector, cache, min_solved", [
+@pytest.mark.parametrize("rule, cache, min_solved", [
     ("topk", "none", N - 1),   # sequential: one cell per step
     ("topk", "dual", N - 1),
     ("threshold", "none", N - 1),  # tau 0.9
@@ -60,19 +60,19 @@ SELECTOR_PARAMS = {"topk": {}, "threshold": {"threshold": 0.9}, "factor": {"f": 
     ("factor", "dual", N - 2),
     ("frechet", "dual", N - 2),
 ])
-def test_engine_solves_held_out_puzzles(shipped, selector, cache, min_solved):
+def test_engine_solves_held_out_puzzles(shipped, rule, cache, min_solved):
     _, model, task, docs = shipped
     tok = model.tokenizer
     prompts, _ = encode_batch(tok, model.config, [d["puzzle"] for d in docs], [d["solution"] for d in docs],
                               DEFAULT_GEN_LENGTH)
-    steps = DEFAULT_GEN_LENGTH if selector == "topk" else None
+    steps = DEFAULT_GEN_LENGTH if rule == "topk" else None
     decoding = Decoding(DEFAULT_GEN_LENGTH, DEFAULT_GEN_LENGTH, build_policy("blocks", steps=steps),
-                        build_selector(selector, **SELECTOR_PARAMS[selector]), build_cache(cache), early_stop=True)
+                        build_rule(rule, **RULE_PARAMS[rule]), build_cache(cache), early_stop=True)
     out = generate(model, prompts, torch.ones_like(prompts), DecodeSpec(decoding))
     texts = tok.batch_decode(out.tokens, skip_special_tokens=False)
     solved = sum(task.score(t, d).correct for t, d in zip(texts, docs))
     assert solved >= min_solved, texts
-    if selector != "topk":  # the cautious rules need far fewer forwards than one per cell
+    if rule != "topk":  # the cautious rules need far fewer forwards than one per cell
         assert sum(r.nfe for r in out.records) / N < DEFAULT_GEN_LENGTH / 2
 
 
@@ -92,7 +92,7 @@ def test_committing_the_whole_block_at_once_breaks_most_grids(shipped):
     prompts, _ = encode_batch(tok, model.config, [d["puzzle"] for d in docs], [d["solution"] for d in docs],
                               DEFAULT_GEN_LENGTH)
     decoding = Decoding(DEFAULT_GEN_LENGTH, DEFAULT_GEN_LENGTH, build_policy("blocks", steps=1),
-                        build_selector("topk"), build_cache("none"), early_stop=True)
+                        build_rule("topk"), build_cache("none"), early_stop=True)
     out = generate(model, prompts, torch.ones_like(prompts), DecodeSpec(decoding))
     texts = tok.batch_decode(out.tokens, skip_special_tokens=False)
     assert sum(task.score(t, d).correct for t, d in zip(texts, docs)) <= N // 4, texts

@@ -120,7 +120,7 @@ class Cache(Protocol):
     def check(self) -> None:
         """Raise ValueError (one line naming the value and the allowed range) for a parameter out of range."""
 
-    def check_combination(self, *, policy: Any, selector: Any, gen_length: int, block_length: int) -> None:
+    def check_combination(self, *, policy: Any, rule: Any, gen_length: int, block_length: int) -> None:
         """Raise ValueError where the published code never ran this cache with that policy, rule or length."""
 
     @classmethod
@@ -163,7 +163,7 @@ class CacheBase:
     def check(self) -> None:
         return None
 
-    def check_combination(self, *, policy: Any, selector: Any, gen_length: int, block_length: int) -> None:
+    def check_combination(self, *, policy: Any, rule: Any, gen_length: int, block_length: int) -> None:
         return None
 
     @classmethod

@@ -33,7 +33,7 @@ class CommittedBlocksCache(CacheBase):
     model_switches: ClassVar[dict[str, str]] = {"attention": "block_causal", "block_grid": "anchored"}
     sync_budget: ClassVar[int] = 4  # it reads each step's committed end and forward span (scripts/count_syncs.py: 10 in 3)
 
-    def check_combination(self, *, policy, selector, gen_length: int, block_length: int) -> None:
+    def check_combination(self, *, policy, rule, gen_length: int, block_length: int) -> None:
         if policy.name not in GROWING_POLICIES:
             raise ValueError(f"cache {self.name!r} needs a policy that grows the canvas block by block (pipeline), "
                              f"got {policy.name!r}")

@@ -150,7 +150,7 @@ class D2Cache(CacheBase):
         if self.inflate_w < 0:
             raise ValueError(f"d2cache inflate_w must be >= 0 (0 = no inflation), got {self.inflate_w}")
 
-    def check_combination(self, *, policy: Any, selector: Any, gen_length: int, block_length: int) -> None:
+    def check_combination(self, *, policy: Any, rule: Any, gen_length: int, block_length: int) -> None:
         if policy.name != "blocks":
             raise ValueError(f"d2cache runs d2Cache's block loop: policy must be 'blocks', got {policy.name!r}")
 

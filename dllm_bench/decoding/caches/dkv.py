@@ -55,17 +55,17 @@ class DKVCache(CacheBase):
             raise ValueError(f"cache 'dkv' runs on {flavour} models with policy {loop!r} (the published {flavour} "
                              f"loop), got policy {policy_name!r}")
 
-    def check_combination(self, *, policy: Any, selector: Any, gen_length: int, block_length: int) -> None:
+    def check_combination(self, *, policy: Any, rule: Any, gen_length: int, block_length: int) -> None:
         name = getattr(policy, "name", None)
-        if name == "dream" and selector is None:
+        if name == "dream" and rule is None:
             return
-        if name != "blocks" or getattr(selector, "name", None) != "topk":
+        if name != "blocks" or getattr(rule, "name", None) != "topk":
             raise ValueError(f"cache 'dkv' runs as published only with policy 'blocks' (steps) and rule 'topk' (its "
                              f"fixed count per step; LLaDA) or policy 'dream' without a rule (Dream), got policy "
-                             f"{name!r} and rule {getattr(selector, 'name', None)!r}")
-        if selector.remasking not in REMASKING:
+                             f"{name!r} and rule {getattr(rule, 'name', None)!r}")
+        if rule.remasking not in REMASKING:
             raise ValueError(f"cache 'dkv' runs with topk remasking {' or '.join(REMASKING)} (the published loop "
-                             f"raises on others), got {selector.remasking!r}")
+                             f"raises on others), got {rule.remasking!r}")
 
     def session(self, canvas: Canvas) -> DKVSession:
         return DKVSession(self, canvas)

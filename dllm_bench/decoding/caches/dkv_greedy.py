@@ -62,12 +62,12 @@ class DKVGreedyCache(DKVCache):
         if self.window < 0:
             raise ValueError(f"dkv_greedy window must be >= 0 (masked neighbours queried per commit), got {self.window}")
 
-    def check_combination(self, *, policy: Any, selector: Any, gen_length: int, block_length: int) -> None:
-        if getattr(policy, "name", None) != "blocks" or getattr(selector, "name", None) != "random_order":
+    def check_combination(self, *, policy: Any, rule: Any, gen_length: int, block_length: int) -> None:
+        if getattr(policy, "name", None) != "blocks" or getattr(rule, "name", None) != "random_order":
             raise ValueError(f"cache 'dkv_greedy' runs as published only with policy 'blocks' (steps) and rule "
                              f"'random_order' (it queries the step's commits, known before the forward only in a "
                              f"drawn order), got policy {getattr(policy, 'name', None)!r} and rule "
-                             f"{getattr(selector, 'name', None)!r}")
+                             f"{getattr(rule, 'name', None)!r}")
 
     def session(self, canvas: Canvas) -> DKVGreedySession:
         return DKVGreedySession(self, canvas)

@@ -85,13 +85,13 @@ class ElasticCache(CacheBase):
         if self.track_num < 1:
             raise ValueError(f"elastic track_num must be >= 1 (most-attended tokens per layer), got {self.track_num}")
 
-    def check_combination(self, *, policy: Any, selector: Any, gen_length: int, block_length: int) -> None:
+    def check_combination(self, *, policy: Any, rule: Any, gen_length: int, block_length: int) -> None:
         if getattr(policy, "name", None) != "blocks":
             raise ValueError(f"cache 'elastic' recomputes the leftmost masks, which hold the candidates only under "
                              f"policy 'blocks'; got policy {getattr(policy, 'name', None)!r}")
-        if hasattr(selector, "watch"):
+        if hasattr(rule, "watch"):
             raise ValueError(f"cache 'elastic' computes logits only inside its window; rule "
-                             f"{getattr(selector, 'name', None)!r} reads positions beyond the block")
+                             f"{getattr(rule, 'name', None)!r} reads positions beyond the block")
 
     def session(self, canvas: Canvas) -> ElasticSession:
         return ElasticSession(self, canvas)

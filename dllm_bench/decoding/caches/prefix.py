@@ -48,7 +48,7 @@ class PrefixCache(CacheBase):
         if self.refresh_every is not None and self.refresh_every < 1:
             raise ValueError(f"{self.name} refresh_every must be >= 1 or None, got {self.refresh_every}")
 
-    def check_combination(self, *, policy: Any, selector: Any, gen_length: int, block_length: int) -> None:
+    def check_combination(self, *, policy: Any, rule: Any, gen_length: int, block_length: int) -> None:
         if not self.compat_first_token:
             return
         num_blocks = gen_length // block_length

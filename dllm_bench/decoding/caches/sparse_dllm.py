@@ -36,7 +36,7 @@ class SparseDLLMCache(CacheBase):
             raise ValueError(f"sparse_dllm kernel_size must be an odd integer >= 1 (the pooled scores keep their "
                              f"length) or null, got {self.kernel_size}")
 
-    def check_combination(self, *, policy: Any, selector: Any, gen_length: int, block_length: int) -> None:
+    def check_combination(self, *, policy: Any, rule: Any, gen_length: int, block_length: int) -> None:
         if policy.name != "blocks":
             raise ValueError(f"sparse_dllm prunes per block of the block loop: policy must be 'blocks', got "
                              f"{policy.name!r}")

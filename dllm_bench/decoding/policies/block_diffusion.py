@@ -25,11 +25,11 @@ from typing import Any, ClassVar
 
 import torch
 
+from dllm_bench.decoding.commit_masks import prefix_commit_mask, sort_candidates
 from dllm_bench.decoding.forward import ForwardResult
 from dllm_bench.decoding.policies.base import PolicyBase, is_positive_int, register, span_mask
 from dllm_bench.decoding.rules.base import StepContext, rule_tokens
 from dllm_bench.decoding.schedules import llada_transfer_counts
-from dllm_bench.decoding.selectors import prefix_commit_mask, sort_candidates
 from dllm_bench.models.cache import CommittedBlockCache
 
 KV_CACHES = ("committed", "none")

@@ -8,10 +8,10 @@ from typing import Any, ClassVar
 
 import torch
 
+from dllm_bench.decoding.commit_masks import topk_commit_mask
 from dllm_bench.decoding.policies.base import PolicyBase, is_positive_int, register
 from dllm_bench.decoding.rules.base import StepContext
 from dllm_bench.decoding.schedules import dream_step_ratios, dream_transfer_count, dream_transfer_probability
-from dllm_bench.decoding.selectors import topk_commit_mask
 
 DREAM_ALGORITHMS = {"origin": "random", "maskgit_plus": "top1_prob", "topk_margin": "margin", "entropy": "neg_entropy"}
 

@@ -8,9 +8,9 @@ from typing import Any, ClassVar
 
 import torch
 
+from dllm_bench.decoding.commit_masks import threshold_count, topk_commit_mask
 from dllm_bench.decoding.policies.base import PolicyBase, is_positive_int, register
 from dllm_bench.decoding.rules.base import StepContext
-from dllm_bench.decoding.selectors import threshold_count, topk_commit_mask
 
 
 @dataclass
@@ -60,7 +60,7 @@ class DreamThresholdPolicy(PolicyBase):
     def refuse_rule(self, rule: Any) -> str | None:
         if rule is not None:
             return (f"policy 'dream_threshold' has its own commit rule (top-1 plus every slot >= threshold); "
-                    f"selector must be None, got {rule.name!r}")
+                    f"rule must be None, got {rule.name!r}")
         return None
 
     def refuse_lengths(self, gen_length: int, block_length: int) -> str | None:

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from dllm_bench.decoding.commit_masks import topk_commit_mask
 from dllm_bench.decoding.policies.base import (
     PolicyBase,
     blocked_bounds,
@@ -18,7 +19,6 @@ from dllm_bench.decoding.policies.base import (
     span_mask,
 )
 from dllm_bench.decoding.rules.base import StepContext, rule_tokens
-from dllm_bench.decoding.selectors import topk_commit_mask
 
 # where a block's loop checks its post-step cap: "dllm" before the forward (a block ends without one), "sglang"
 # after it (the forward that exceeds the cap is run and counted, and applies nothing)

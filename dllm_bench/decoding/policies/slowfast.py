@@ -10,9 +10,9 @@ from typing import Any, ClassVar
 import torch
 
 from dllm_bench.decoding.caches.base import CACHES
+from dllm_bench.decoding.commit_masks import topk_commit_mask
 from dllm_bench.decoding.policies.base import PolicyBase, blocked_bounds, register, span_mask
 from dllm_bench.decoding.rules.base import RULES, StepContext, rule_tokens
-from dllm_bench.decoding.selectors import topk_commit_mask
 
 # SlowFast settings as changes to SlowFastPolicy's defaults (the public code's, preset "code"); the one source of
 # the presets: conf/policy/slowfast_<preset>.yaml selects one (runner/group_defaults).
@@ -53,7 +53,7 @@ class SlowFastPolicy(PolicyBase):
     the top-1) and estimates span_end = span_start + 1 + offset of the farthest candidate >= ``converge_threshold``.
     The span is frozen when the estimate window is stable, else int(mean) after K steps. The fast phase
     commits candidates >= ``threshold`` on [span_start, span_end) (top-1 fallback) until the span is full; an
-    adaptive selector passed to ``decide`` (a config ``rule``) commits the fast phase instead.
+    adaptive rule passed to ``decide`` (a config ``rule``) commits the fast phase instead.
     ``flavour='dream'``: window pre-filled with zeros, unbiased variance <= threshold, round(mean), and
     exploration stops early once nothing is masked. ``truncate_fast`` reproduces the published fast phase
     that runs the network on the canvas cut at the span end after its first call.

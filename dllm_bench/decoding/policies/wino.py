@@ -8,10 +8,10 @@ from typing import Any, ClassVar
 
 import torch
 
+from dllm_bench.decoding.commit_masks import topk_commit_mask
 from dllm_bench.decoding.forward import ForwardResult
 from dllm_bench.decoding.policies.base import PolicyBase, blocked_bounds, register, span_mask
 from dllm_bench.decoding.rules.base import StepContext
-from dllm_bench.decoding.selectors import topk_commit_mask
 
 # WINO's fixed caps (Feng-Hong/WINO-DLLM LLaDA/decoding.py): a step accepts at most
 # min(max(floor(0.7 * masked in block), 5), 20) tokens, and a block's first step treats the previous step as

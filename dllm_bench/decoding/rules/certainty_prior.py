@@ -12,8 +12,8 @@ from typing import ClassVar
 
 import torch
 
+from dllm_bench.decoding.commit_masks import topk_commit_mask
 from dllm_bench.decoding.rules.base import RuleBase, StepContext, register
-from dllm_bench.decoding.selectors import topk_commit_mask
 
 
 def certainty_density(decoded: torch.Tensor, sigma: float) -> torch.Tensor:
@@ -34,7 +34,7 @@ def certainty_density(decoded: torch.Tensor, sigma: float) -> torch.Tensor:
 
 @register
 @dataclass(frozen=True)
-class CertaintyPriorSelector(RuleBase):
+class CertaintyPriorRule(RuleBase):
     """The schedule's k candidates ranked by confidence x certainty_density(decoded, sigma)."""
 
     sigma: float = 10.0

@@ -13,8 +13,8 @@ from typing import ClassVar
 
 import torch
 
+from dllm_bench.decoding.commit_masks import prefix_commit_mask, sort_candidates
 from dllm_bench.decoding.rules.base import RuleBase, StepContext, register
-from dllm_bench.decoding.selectors import prefix_commit_mask, sort_candidates
 
 
 def eb_count_sorted(sorted_neg_entropy: torch.Tensor, n_cand: torch.Tensor, entropy_budget: float) -> torch.Tensor:

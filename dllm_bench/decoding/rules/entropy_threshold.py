@@ -14,8 +14,8 @@ from typing import ClassVar
 
 import torch
 
+from dllm_bench.decoding.commit_masks import prefix_commit_mask, sort_candidates
 from dllm_bench.decoding.rules.base import RuleBase, StepContext, register
-from dllm_bench.decoding.selectors import prefix_commit_mask, sort_candidates
 
 
 @register

@@ -7,13 +7,13 @@ from typing import ClassVar
 
 import torch
 
+from dllm_bench.decoding.commit_masks import factor_commit_mask
 from dllm_bench.decoding.rules.base import RuleBase, StepContext, register
-from dllm_bench.decoding.selectors import factor_commit_mask
 
 
 @register
 @dataclass(frozen=True)
-class FactorSelector(RuleBase):
+class FactorRule(RuleBase):
     """Fast-dLLM factor: largest n with (n+1)(1 - c(n)) < f; ``compat`` = the published loop.
 
     f = 0.75 is Fast-dLLM++'s stated default (section 5; its Tables 1, 2 and 4); its Table 5 runs f = 1.0.

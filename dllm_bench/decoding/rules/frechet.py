@@ -7,13 +7,13 @@ from typing import ClassVar
 
 import torch
 
+from dllm_bench.decoding.commit_masks import frechet_commit_mask, frechet_gap_sorted
 from dllm_bench.decoding.rules.base import RuleBase, StepContext, register
-from dllm_bench.decoding.selectors import frechet_commit_mask, frechet_gap_sorted
 
 
 @register
 @dataclass(frozen=True)
-class FrechetSelector(RuleBase):
+class FrechetRule(RuleBase):
     """Fast-dLLM++ Fréchet profile rule: largest prefix with L_n - U_n > delta (traces record its gap)."""
 
     delta: float = 0.25

@@ -12,8 +12,8 @@ from typing import ClassVar
 
 import torch
 
+from dllm_bench.decoding.commit_masks import topk_commit_mask
 from dllm_bench.decoding.rules.base import RuleBase, StepContext, register
-from dllm_bench.decoding.selectors import topk_commit_mask
 
 
 def run_maxima(confidence: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:

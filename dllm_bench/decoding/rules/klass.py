@@ -22,8 +22,8 @@ from typing import ClassVar
 
 import torch
 
+from dllm_bench.decoding.commit_masks import topk_commit_mask
 from dllm_bench.decoding.rules.base import RuleBase, StepContext, register
-from dllm_bench.decoding.selectors import topk_commit_mask
 
 KL_EPS = 1e-12  # the published log(p + 1e-12)
 

@@ -7,13 +7,13 @@ from typing import ClassVar
 
 import torch
 
+from dllm_bench.decoding.commit_masks import oracle_commit_mask
 from dllm_bench.decoding.rules.base import RuleBase, StepContext, register
-from dllm_bench.decoding.selectors import oracle_commit_mask
 
 
 @register
 @dataclass(frozen=True)
-class OracleSelector(RuleBase):
+class OracleRule(RuleBase):
     """Commit every candidate whose argmax equals the reference decode (needs ``reference=`` in generate);
     a row with no match commits its most confident candidate with the reference token."""
 
@@ -21,7 +21,7 @@ class OracleSelector(RuleBase):
 
     def commit(self, ctx: StepContext) -> torch.Tensor:
         if ctx.reference is None:
-            raise ValueError("the oracle selector needs reference tokens: generate(..., reference=[B, gen_length])")
+            raise ValueError("the oracle rule needs reference tokens: generate(..., reference=[B, gen_length])")
         mask, _ = oracle_commit_mask(ctx.confidence, ctx.candidates, ctx.prediction, ctx.reference)
         return mask
 

@@ -24,8 +24,8 @@ from typing import ClassVar
 
 import torch
 
+from dllm_bench.decoding.commit_masks import topk_commit_mask
 from dllm_bench.decoding.rules.base import RuleBase, StepContext, register
-from dllm_bench.decoding.selectors import topk_commit_mask
 
 TINY_TABLES = Path(__file__).resolve().parents[2] / "tiny" / "pc_sampler"  # written by dllm_bench.tiny.reference_corpus
 TINY = ("tiny_llada", "tiny_dream")

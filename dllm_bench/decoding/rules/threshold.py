@@ -7,13 +7,13 @@ from typing import ClassVar
 
 import torch
 
+from dllm_bench.decoding.commit_masks import threshold_commit_mask
 from dllm_bench.decoding.rules.base import RuleBase, StepContext, register
-from dllm_bench.decoding.selectors import threshold_commit_mask
 
 
 @register
 @dataclass(frozen=True)
-class ThresholdSelector(RuleBase):
+class ThresholdRule(RuleBase):
     """Fast-dLLM threshold: every candidate with confidence >= threshold (at least one)."""
 
     threshold: float = 0.9

@@ -7,8 +7,8 @@ from typing import ClassVar
 
 import torch
 
+from dllm_bench.decoding.commit_masks import topk_commit_mask
 from dllm_bench.decoding.rules.base import RuleBase, StepContext, register
-from dllm_bench.decoding.selectors import topk_commit_mask
 
 # remasking -> the confidence measure it ranks by
 REMASKING = {"low_confidence": "top1_prob", "random": "random", "entropy": "neg_entropy"}
@@ -16,7 +16,7 @@ REMASKING = {"low_confidence": "top1_prob", "random": "random", "entropy": "neg_
 
 @register
 @dataclass(frozen=True)
-class TopKSelector(RuleBase):
+class TopKRule(RuleBase):
     """The schedule's k most confident candidates (LLaDA ``low_confidence``); ``remasking='random'`` ranks by
     U(0,1) draws instead (LLaDA ``random``), ``'entropy'`` by negative entropy (the ranking of Fast-dLLM's
     blocked Dream cache loop with ``alg=entropy``)."""
@@ -39,5 +39,5 @@ class TopKSelector(RuleBase):
 
     def commit(self, ctx: StepContext) -> torch.Tensor:
         if ctx.quota is None:
-            raise ValueError("the topk selector needs a fixed-step schedule (policy 'blocks' with steps)")
+            raise ValueError("the topk rule needs a fixed-step schedule (policy 'blocks' with steps)")
         return topk_commit_mask(ctx.confidence, ctx.candidates, ctx.quota)

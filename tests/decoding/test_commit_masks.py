@@ -1,4 +1,4 @@
-"""Selectors: hand-computed cases (ties, factor compat off-by-one) and hypothesis properties."""
+"""Rules: hand-computed cases (ties, factor compat off-by-one) and hypothesis properties."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dllm_bench.decoding.selectors import (
+from dllm_bench.decoding.commit_masks import (
     factor_commit_mask,
     frechet_commit_mask,
     frechet_gap_sorted,
