@@ -614,6 +614,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--record-tiny-reference", action="store_true",
                     help="CPU only: write this machine's and kernel width's tiny tokens into the fixture")
     args = ap.parse_args(argv)
+    if args.compile is None:
+        args.compile = "reduce-overhead" if torch.device(args.device).type == "cuda" else "none"
     for name in ("prompt", "block", "gen", "big_batch", "big_prompt", "big_gen", "repeats", "agreement_rows"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} {getattr(args, name)} must be >= 1")
@@ -644,8 +646,6 @@ def main(argv: list[str] | None = None) -> dict:
         record_tiny_reference()
         return {}
     device = torch.device(args.device)
-    if args.compile is None:
-        args.compile = "reduce-overhead" if device.type == "cuda" else "none"
     dtype = DTYPES[args.dtype] if args.dtype else torch.bfloat16 if device.type == "cuda" else torch.float32
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -22,7 +22,7 @@ CELL = (("Threshold tau=0.9",), ("No cache",))
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
 def test_make_reproduce_table_forwards_the_overrides(load_script):
-    out = subprocess.run(["make", "-n", "reproduce-table", "TABLE=tiny", "backend=sglang",
+    out = subprocess.run(["make", "-n", "--no-print-directory", "reproduce-table", "TABLE=tiny", "backend=sglang",
                           "backend.url=http://gpu-host:30000", "model.name_or_path=/data/LLaDA 8B", "TORCH_SPEC=x"],
                          cwd=REPO_DIR, capture_output=True, text=True, check=True, timeout=60).stdout
     line = next(x for x in reversed(out.splitlines()) if "scripts/reproduce_table.py" in x)
@@ -31,7 +31,7 @@ def test_make_reproduce_table_forwards_the_overrides(load_script):
     assert args.table == "tiny"
     assert args.extra == {"backend": "sglang", "backend.url": "http://gpu-host:30000",
                           "model.name_or_path": "/data/LLaDA 8B"}  # make's own variables stay make's
-    plain = subprocess.run(["make", "-n", "reproduce-table", "TABLE=tiny"], cwd=REPO_DIR, capture_output=True,
+    plain = subprocess.run(["make", "-n", "--no-print-directory", "reproduce-table", "TABLE=tiny"], cwd=REPO_DIR, capture_output=True,
                            text=True, check=True, timeout=60).stdout
     assert plain.rstrip().endswith("scripts/reproduce_table.py --table tiny")
 
