@@ -8,9 +8,8 @@ that cannot run together, each part saying what it accepts.
 
 from __future__ import annotations
 
-from typing import Any
-
 from dllm_bench.decoding.caches import CACHES, build_cache, cache_parameters
+from dllm_bench.decoding.caches.base import Cache
 from dllm_bench.decoding.caches.dllm import DLLMCache
 from dllm_bench.decoding.caches.dual import DualCache
 from dllm_bench.decoding.caches.none import NoCache
@@ -28,6 +27,7 @@ from dllm_bench.decoding.policies import (
     policy_parameters,
 )
 from dllm_bench.decoding.rules import RULES, build_rule, rule_parameters
+from dllm_bench.decoding.rules.base import Rule
 from dllm_bench.decoding.rules.factor import FactorRule
 from dllm_bench.decoding.rules.frechet import FrechetRule
 from dllm_bench.decoding.rules.oracle import OracleRule
@@ -36,7 +36,6 @@ from dllm_bench.decoding.rules.topk import REMASKING, TopKRule
 
 # ---------------------------------------------------------------- rules (one file each in decoding/rules/)
 
-Rule = Any  # any registered rule (decoding.rules.Rule)
 __all__ = ["REMASKING", "RULES", "FactorRule", "FrechetRule", "OracleRule", "ThresholdRule",
            "TopKRule", "build_rule"]
 
@@ -50,7 +49,6 @@ __all__ += ["POLICIES", "POLICY_CLASSES", "BlockPolicy", "DPadPolicy", "DreamPol
 
 # ---------------------------------------------------------------- caches (one file each in decoding/caches/)
 
-Cache = Any  # any registered cache (decoding.caches.Cache)
 __all__ += ["CACHES", "DLLMCache", "DualCache", "NoCache", "PrefixCache", "build_cache"]
 
 
