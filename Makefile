@@ -30,13 +30,18 @@ sandbox-deps:  ## bubblewrap for the code sandbox (docs/sandbox.md): apt-get as 
 	    exit 1; \
 	  fi; }
 
-test: setup  ## run the whole test suite (what CI runs)
-	$(PY) -m pytest -q tests
+# Test workers (pytest-xdist): one per core, at most 4; a test file's tests stay on one worker (tests/conftest.py).
+# TEST_JOBS=0 runs the suite in this process.
+TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; [ $$n -lt 2 ] && n=0; echo $$n)
+WORKERS = -n $(TEST_JOBS) --dist loadgroup
+
+test: setup  ## run the whole test suite (what CI runs), on TEST_JOBS workers
+	$(PY) -m pytest -q $(WORKERS) tests
 
 # The inner loop: the tests marked `fast` (unit tests of the engine's rules, schedules and config, the runner's checks
 # and store, the adapters' key handling and the task scorers), none `slow`.
 test-fast: setup  ## the inner loop: the tests marked fast (pyproject's markers)
-	$(PY) -m pytest -q -m "fast and not slow and not exhaustive" tests
+	$(PY) -m pytest -q $(WORKERS) -m "fast and not slow and not exhaustive" tests
 
 # Golden decodes and bit-for-bit claims, marked `golden` (tests/conftest.py: every test reading a golden of
 # tests/fixtures/recorded_on.json; bit-equality claims between code paths in their files): they must hold whatever
@@ -51,7 +56,7 @@ test-cpu-capabilities: setup  ## the tests marked golden under ATEN_CPU_CAPABILI
 	  if [ -n "$$flag" ] && [ "$${flags#* $$flag }" = "$$flags" ]; then echo "$$cap: skipped (no $$flag in /proc/cpuinfo)"; continue; fi; \
 	  if [ "$$cap" = "$(SKIP_CAPABILITY)" ]; then echo "$$cap: skipped (SKIP_CAPABILITY)"; continue; fi; \
 	  echo "ATEN_CPU_CAPABILITY=$$cap"; \
-	  ATEN_CPU_CAPABILITY=$$cap $(PY) -m pytest -q -p no:cacheprovider -m "golden and not exhaustive" tests || exit 1; \
+	  ATEN_CPU_CAPABILITY=$$cap $(PY) -m pytest -q -p no:cacheprovider $(WORKERS) -m "golden and not exhaustive" tests || exit 1; \
 	done
 
 lint: setup  ## ruff

@@ -86,8 +86,11 @@ def golden_definitions(path: Path) -> frozenset[str]:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``golden``: a test that reads a golden of tests/fixtures/recorded_on.json, directly or through the module's
     helpers (so that a new golden's tests join the lane by naming it); ``make test-cpu-capabilities`` runs them
-    under every kernel width."""
+    under every kernel width. ``xdist_group``: a test file's tests run on one worker of ``make test``'s
+    ``-n N --dist loadgroup`` (its module fixtures are built once), unless a test names its own group."""
     for item in items:
+        if not any(m.name == "xdist_group" for m in item.iter_markers()):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
         function, module = getattr(item, "function", None), getattr(item, "module", None)
         if function is None or module is None or not getattr(module, "__file__", None):
             continue

@@ -14,6 +14,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from dllm_bench.runner.config import CONF_DIR, NON_OUTPUT_KEYS, PACKAGE_DIR, flatten, to_container
+from dllm_bench.runner.group_defaults import group_nodes
 from dllm_bench.runner.renames import RENAMED_KEYS
 
 _ABSENT = object()
@@ -37,6 +38,19 @@ def override_list(overrides: Mapping[str, Any]) -> list[str]:
     return [f"{k}={override_value(v)}" for k, v in overrides.items()]
 
 
+# (conf_state, preset, group choices) -> Hydra's composed config: a table's estimate, its memory check and its
+# cell matching compose the same cells, and composing is what costs (about a quarter of a second each).
+_COMPOSED: dict[tuple, Any] = {}
+
+
+def conf_state(conf_dir: Path) -> tuple:
+    """What a composition depends on besides its overrides: every file under ``conf_dir`` (path, size, mtime) and
+    the registered groups' default nodes, so an edited conf file or a method registered since composes afresh."""
+    files = sorted((str(p.relative_to(conf_dir)), p.stat().st_size, p.stat().st_mtime_ns)
+                   for p in conf_dir.rglob("*") if p.is_file())
+    return (str(conf_dir), tuple(files), repr(group_nodes()))
+
+
 def compose_configs(
     requests: Iterable[tuple[str | None, Mapping[str, Any]]], conf_dir: Path = CONF_DIR
 ) -> list[dict[str, Any]]:
@@ -53,19 +67,21 @@ def compose_configs(
         choices = tuple((k, v) for k, v in overrides.items() if k in groups)
         values = {k: v for k, v in overrides.items() if k not in groups}
         split.append((preset, choices, values))
-    composed: dict[tuple, Any] = {}
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
-            for preset, choices, _ in split:
-                if (preset, choices) not in composed:
-                    items = ([f"experiment={preset}"] if preset else []) + override_list(dict(choices))
-                    composed[(preset, choices)] = compose(config_name="config", overrides=items)
-    finally:
+    state = conf_state(conf_dir)
+    missing = list(dict.fromkeys((preset, choices) for preset, choices, _ in split
+                                 if (state, preset, choices) not in _COMPOSED))
+    if missing:
         GlobalHydra.instance().clear()
+        try:
+            with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
+                for preset, choices in missing:
+                    items = ([f"experiment={preset}"] if preset else []) + override_list(dict(choices))
+                    _COMPOSED[(state, preset, choices)] = compose(config_name="config", overrides=items)
+        finally:
+            GlobalHydra.instance().clear()
     out = []
     for preset, choices, values in split:
-        cfg = copy.deepcopy(composed[(preset, choices)])
+        cfg = copy.deepcopy(_COMPOSED[(state, preset, choices)])
         for key, value in values.items():
             if OmegaConf.select(cfg, key, default=_ABSENT) is _ABSENT:
                 raise ValueError(f"override {key}={override_value(value)}: no such key in the composed config "
