@@ -464,15 +464,28 @@ def tiny_spec(setting: tuple) -> DecodeSpec:
 
 
 def tiny_tokens(device: torch.device, dtype: torch.dtype, prompts: dict[str, list[list[int]]],
-                rows: int | None = None) -> dict[str, list[list[int]]]:
-    """Answer ids of every tiny setting (the first ``rows`` prompts) decoded on ``device`` in ``dtype``."""
+                rows: int | None = None, deadline: float = float("inf"), missed: dict | None = None
+                ) -> dict[str, list[list[int]]]:
+    """Answer ids of every tiny setting (the first ``rows`` prompts) decoded on ``device`` in ``dtype``, until
+    ``deadline``: a setting that would start after it is listed in ``missed["skipped"]``, one running past it stops
+    at its next forward (``missed["stopped"]``); neither is in the result."""
     out, models = {}, {}
     for setting in TINY_SETTINGS:
+        what = f"{str(dtype).replace('torch.', '')} {setting[0]}"
+        if time.perf_counter() > deadline:
+            if missed is not None:
+                missed["skipped"].append(what)
+            continue
         flavour = setting[1]
         model = models.get(flavour) or models.setdefault(flavour, load_tiny(flavour, device, dtype))
         ids = torch.tensor(prompts[flavour][:rows], dtype=torch.long, device=device)
-        with torch.no_grad():
-            out[setting[0]] = generate(model, ids, None, tiny_spec(setting)).tokens.cpu().tolist()
+        try:
+            with torch.no_grad():
+                out[setting[0]] = generate(DeadlineNetwork(model, deadline), ids, None,
+                                           tiny_spec(setting)).tokens.cpu().tolist()
+        except DeadlineReached:
+            if missed is not None:
+                missed["stopped"].append(what)
     return out
 
 
@@ -494,18 +507,19 @@ def cpu_reference(fixture: dict) -> tuple[dict, dict[str, list[int]] | None, str
     return reference, fixture["near_tie_free"], "near-tie-free rows of the recording machine"
 
 
-def tiny_agreement(device: torch.device, rows: int | None) -> dict:
+def tiny_agreement(device: torch.device, rows: int | None, deadline: float = float("inf")) -> dict:
     """Per dtype and setting: the share of answer tokens and of whole answers equal to the CPU's recorded ones (on a
-    CPU: see cpu_reference; a GPU compares every row with the recording machine's)."""
+    CPU: see cpu_reference; a GPU compares every row with the recording machine's); the settings the phase's
+    ``deadline`` left out are listed under ``skipped`` and ``stopped``."""
     if not TINY_FIXTURE.is_file():
         return {"missing": f"{TINY_FIXTURE.relative_to(ROOT)}: run --record-tiny-reference on the CPU first"}
     fixture = json.loads(TINY_FIXTURE.read_text())
     reference, compared, source = fixture["tokens"], None, "the recording machine's CPU"
     if device.type == "cpu":
         reference, compared, source = cpu_reference(fixture)
-    result = {"reference": source}
+    result = {"reference": source, "skipped": [], "stopped": []}
     for name in ("float32", "bfloat16"):
-        got = tiny_tokens(device, DTYPES[name], fixture["prompts"], rows)
+        got = tiny_tokens(device, DTYPES[name], fixture["prompts"], rows, deadline, result)
         per = {}
         for setting, tokens in got.items():
             keep = list(range(len(tokens))) if compared is None else [r for r in compared[setting] if r < len(tokens)]
@@ -660,8 +674,10 @@ def main(argv: list[str] | None = None) -> dict:
                                              out))
         summary["total_s"] = round(time.perf_counter() - start, 1)
         path.write_text(json.dumps(summary, indent=1) + "\n")
-    summary["tiny_checkpoints_vs_cpu"] = tiny_agreement(device, args.tiny_rows)
+    summary["tiny_checkpoints_vs_cpu"] = tiny_agreement(device, args.tiny_rows,
+                                                        phase_deadline(start, args.budget_s, phases - 1, phases))
     summary["total_s"] = round(time.perf_counter() - start, 1)
+    summary["over_budget_s"] = round(max(summary["total_s"] - args.budget_s, 0.0), 1)  # the last forward's overrun
     path.write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps(summary["tiny_checkpoints_vs_cpu"]))
     for s in summary["shapes"]:
@@ -672,7 +688,9 @@ def main(argv: list[str] | None = None) -> dict:
         print(pd.DataFrame(s["forward"], columns=FORWARD_COLUMNS).to_string(index=False))
         print(pd.DataFrame(s["generate"], columns=GENERATE_COLUMNS).to_string(index=False))
         print(pd.DataFrame(s["compiled"], columns=COMPILED_COLUMNS).to_string(index=False))
-    print(f"total {summary['total_s']}s -> {out}")
+    tiny = summary["tiny_checkpoints_vs_cpu"]
+    print(f"tiny checkpoints: skipped {tiny.get('skipped')}, stopped at the deadline {tiny.get('stopped')}")
+    print(f"total {summary['total_s']}s of a {args.budget_s:g} s budget (over by {summary['over_budget_s']} s) -> {out}")
     return summary
 
 
