@@ -18,7 +18,8 @@ tokenizer) in float32 and bfloat16 against the tokens recorded on the CPU (tests
 
 Beside eager, per shape: the same generate with the layer stack compiled (``--compile``, reduce-overhead = CUDA graphs on
 a GPU; models/compiled.py) at ``--compile-batches``, unpadded and padded, each after a warm-up decode of its shapes:
-ms per step of both, the compile seconds, the answer tokens they agree on (gpu_compiled_<shape>.csv).
+ms per step of both, the compile seconds, the answer tokens they agree on, and how many graphs inductor ran without
+CUDA graphs (``cudagraph_skips``: 0 when reduce-overhead captured every one; gpu_compiled_<shape>.csv).
 
 Writes gpu_forward_<shape>.csv, gpu_sdpa_<shape>.csv, gpu_generate_<shape>.csv, gpu_compiled_<shape>.csv (always with their header) and
 gpu_summary.json under --out. Imports only torch, numpy, pandas and this repo.
@@ -89,7 +90,7 @@ GENERATE_COLUMNS = ["shape", "batch", "padded", "prompt", "answer", "block", "wa
                     "ms_per_step", "peak_gib", "peak_reserved_gib"]
 # eager against the compiled layer stack (model.compile; dllm_bench/models/compiled.py), per batch
 COMPILED_COLUMNS = ["shape", "mode", "batch", "padded", "nfe", "eager_ms_per_step", "compiled_ms_per_step", "speedup",
-                    "compile_s", "token_agreement"]
+                    "compile_s", "token_agreement", "cudagraph_skips"]
 BACKEND_OPS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION",
                "math": "MATH"}
 # (name, flavour, policy, policy params, rule, rule params, cache, block) of the tiny checkpoints' decodes
@@ -303,6 +304,7 @@ def compiled_speed(model, stack: CompiledLayers, batch: int, prompt: int, gen: i
     ids, mask = padded_prompts(network, lengths, seed=batch)
     timed, tokens = {}, {}
     compile_s = 0.0
+    skips = torch._dynamo.utils.counters["inductor"]["cudagraph_skips"]
     try:
         for path in ("eager", "compiled"):
             network.layer_stack = stack if path == "compiled" else None  # None: eager
@@ -322,7 +324,8 @@ def compiled_speed(model, stack: CompiledLayers, batch: int, prompt: int, gen: i
                 eager_ms_per_step=round(timed["eager"] * 1e3, 2),
                 compiled_ms_per_step=round(timed["compiled"] * 1e3, 2),
                 speedup=round(timed["eager"] / timed["compiled"], 3), compile_s=round(compile_s, 1),
-                token_agreement=round(float((tokens["eager"] == tokens["compiled"]).float().mean()), 4))
+                token_agreement=round(float((tokens["eager"] == tokens["compiled"]).float().mean()), 4),
+                cudagraph_skips=torch._dynamo.utils.counters["inductor"]["cudagraph_skips"] - skips)
 
 
 def batch_agreement(model: DiffusionLM, lengths: list[int], gen: int, block: int) -> float:
