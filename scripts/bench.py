@@ -11,7 +11,8 @@ cache's own products); ``flop_ratio_vs_none`` is its FLOPs per step over the no-
 The machine's limit, measured in the same run: ``matmul_peak`` times dense products at the network's own widths
 (and one large square product) and keeps the best rate; every step row gives its achieved FLOP/s
 (``achieved_gflops``: counted FLOPs per step over the step time) and ``fraction_of_peak`` against it. cpu-mid runs
-at batch 1 for every cache preset and at batch 16 for ``--batch-caches`` (none, prefix, dual).
+at batch 1 for every cache preset (``--batch1-caches``) and at batch 16 for ``--batch-caches`` (none, prefix, dual);
+``--update`` replaces only the rows it measured in the existing CSV.
 ``--device cuda --shape llada-8b``: the real LLaDA-8B shapes with random bf16 weights, per-forward latency per
 cache mode at answer lengths 256/512/1024, batch 1 and 8.
 """
