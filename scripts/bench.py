@@ -380,7 +380,10 @@ def write(frame: pd.DataFrame, name: str, shape: str, meta: dict, out: Path, upd
         old = pd.read_csv(out / name)
         measured = pd.MultiIndex.from_frame(frame[ROW_KEY])
         old = old[~pd.MultiIndex.from_frame(old[ROW_KEY]).isin(measured)]
-        frame = pd.concat([old, frame], ignore_index=True).sort_values("batch", kind="stable", ignore_index=True)
+        frame = pd.concat([old, frame], ignore_index=True)
+        order = {name: n for n, name in enumerate(CPU_CACHES)}  # within a batch, the presets' order (none first)
+        frame = frame.sort_values(["batch", "cache"], key=lambda c: c.map(order) if c.name == "cache" else c,
+                                  kind="stable", ignore_index=True)
     frame.to_csv(out / name, index=False)
     print(frame.to_string(index=False))
 

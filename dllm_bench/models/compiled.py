@@ -6,7 +6,7 @@ graphs (``mode="reduce-overhead"``). The rest of a forward stays eager: the chec
 the LM head after it, whose row count is the step's candidate count (data-dependent, one host read a step).
 
 Without graph breaks on the hot path: LLaDA and Dream with no cache, prefix and dual cache trace as one graph
-each (tests/models/test_compiled.py compiles them with ``fullgraph=True``). In a run the stack compiles with
+each (tests/decoding/test_compiled.py compiles them with ``fullgraph=True``). In a run the stack compiles with
 ``fullgraph=False``, so a cache that reads the host inside a layer still decodes (in pieces). A compile happens on
 the first call of each new shape; the time of those calls is kept (:attr:`CompiledLayers.compile_s`), so the
 runner reports it and keeps it out of the timed batches' figures.

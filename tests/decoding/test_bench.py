@@ -42,7 +42,7 @@ def test_the_peak_and_each_steps_share_of_it(load_script):
 
 def test_update_replaces_the_measured_rows_and_keeps_the_others(load_script, tmp_path):
     """``--update``: a row of the same cache, rule and batch is replaced (with the new run's columns), the others
-    stay, batch 1 before batch 16."""
+    stay; rows by batch, then in the presets' order."""
     bench = load_script("bench")
     old = bench.pd.DataFrame({"cache": ["none", "dkv", "none"], "rule": ["topk"] * 3, "batch": [1, 1, 16],
                               "step_time_ms": [1.0, 2.0, 3.0]})
@@ -51,10 +51,10 @@ def test_update_replaces_the_measured_rows_and_keeps_the_others(load_script, tmp
                               "step_time_ms": [4.0, 5.0], "fraction_of_peak": [0.5, 0.7]})
     bench.write(new, "steps.csv", "cpu-mid", {"load_average_1m": 1.0}, tmp_path, update=True)
     got = bench.pd.read_csv(tmp_path / "steps.csv")
-    assert list(zip(got["cache"], got["batch"], got["step_time_ms"])) == [("dkv", 1, 2.0), ("none", 1, 4.0),
+    assert list(zip(got["cache"], got["batch"], got["step_time_ms"])) == [("none", 1, 4.0), ("dkv", 1, 2.0),
                                                                           ("none", 16, 5.0)]
-    assert list(got["load_average_1m"]) == [9.0, 1.0, 1.0] and got["fraction_of_peak"].isna().tolist() == [
-        True, False, False]
+    assert list(got["load_average_1m"]) == [1.0, 9.0, 1.0] and got["fraction_of_peak"].isna().tolist() == [
+        False, True, False]
 
 
 def test_bench_leaves_out_a_preset_its_loop_cannot_run(load_script):
