@@ -80,3 +80,18 @@ def test_bench_batch_refuses_an_unknown_cache_preset(load_script, capsys):
     with pytest.raises(SystemExit) as err:
         bench_batch.main(["--caches", "none", "dkv_greedy9"])
     assert err.value.code == 2 and "--caches dkv_greedy9: not a cache preset" in capsys.readouterr().err
+
+
+def test_bench_compile_replaces_only_the_rows_it_measured(load_script, tmp_path):
+    """bench_compile.py writes each row as it is measured: rows of another model, cache or batch stay in the CSV."""
+    import argparse
+
+    script = load_script("bench_compile")
+    kept = script.pd.DataFrame({"model": ["tiny_llada", "cpu-mid"], "cache": ["none", "none"], "batch": [1, 16],
+                                "eager_step_ms": [1.0, 2.0]})
+    args = argparse.Namespace(mode="default", threads=1)
+    frame = script.write([{"model": "cpu-mid", "cache": "none", "batch": 16, "eager_step_ms": 3.0}], args,
+                         torch.device("cpu"), tmp_path, kept)
+    got = script.pd.read_csv(tmp_path / "compiled_steps_cpu.csv")
+    assert list(zip(got["model"], got["batch"], got["eager_step_ms"])) == [("tiny_llada", 1, 1.0), ("cpu-mid", 16, 3.0)]
+    assert len(frame) == 2 and got["threads"].iloc[1] == 1  # the run's own columns on its rows
