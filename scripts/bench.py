@@ -11,7 +11,8 @@ cache's own products); ``flop_ratio_vs_none`` is its FLOPs per step over the no-
 The machine's limit, measured in the same run: ``matmul_peak`` times dense products at the network's own widths
 (and one large square product) and keeps the best rate; every step row gives its achieved FLOP/s
 (``achieved_gflops``: counted FLOPs per step over the step time) and ``fraction_of_peak`` against it. cpu-mid runs
-at batch 1 for every cache preset and at batch 16 for ``--batch-caches`` (none, prefix, dual).
+at batch 1 for every cache preset (``--batch1-caches``) and at batch 16 for ``--batch-caches`` (none, prefix, dual);
+``--update`` replaces only the rows it measured in the existing CSV.
 ``--device cuda --shape llada-8b``: the real LLaDA-8B shapes with random bf16 weights, per-forward latency per
 cache mode at answer lengths 256/512/1024, batch 1 and 8.
 """
@@ -366,11 +367,23 @@ def bench_forward_latency(model: DiffusionLM, prompt: int, answers: list[int], b
     return pd.DataFrame(rows)
 
 
-def write(frame: pd.DataFrame, name: str, shape: str, meta: dict, out: Path) -> None:
-    """CSV with the shape and the machine's metadata on every row; printed too."""
+ROW_KEY = ["cache", "rule", "batch"]
+
+
+def write(frame: pd.DataFrame, name: str, shape: str, meta: dict, out: Path, update: bool = False) -> None:
+    """CSV with the shape and the machine's metadata on every row; printed too. ``update``: the rows measured
+    replace those of the same cache, rule and batch in the existing CSV, whose other rows stay."""
     frame["shape"] = shape
     for k, v in meta.items():
         frame[k] = v
+    if update and (out / name).exists():
+        old = pd.read_csv(out / name)
+        measured = pd.MultiIndex.from_frame(frame[ROW_KEY])
+        old = old[~pd.MultiIndex.from_frame(old[ROW_KEY]).isin(measured)]
+        frame = pd.concat([old, frame], ignore_index=True)
+        order = {name: n for n, name in enumerate(CPU_CACHES)}  # within a batch, the presets' order (none first)
+        frame = frame.sort_values(["batch", "cache"], key=lambda c: c.map(order) if c.name == "cache" else c,
+                                  kind="stable", ignore_index=True)
     frame.to_csv(out / name, index=False)
     print(frame.to_string(index=False))
 
@@ -385,7 +398,12 @@ def main() -> None:
     ap.add_argument("--answer", type=int, default=128)
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 16], help="cpu-mid batch sizes")
     ap.add_argument("--batch-caches", nargs="+", default=["none", "prefix", "dual"],
-                    help="cache presets timed at the batches above 1 (every preset runs at batch 1)")
+                    help="cache presets timed at the batches above 1")
+    ap.add_argument("--batch1-caches", nargs="+", default=None,
+                    help="cache presets timed at batch 1 (default every preset of conf/cache/; none first)")
+    ap.add_argument("--update", action="store_true",
+                    help="replace the measured rows in the existing cpu-mid CSV, keep its other rows")
+    ap.add_argument("--skip-rules", action="store_true", help="leave out the rule-cost table (rules_<device>.csv)")
     ap.add_argument("--block", type=int, default=32)
     ap.add_argument("--vocab-prompt", type=int, default=128, help="real-vocabulary shape: prompt length")
     ap.add_argument("--vocab-answer", type=int, default=256, help="real-vocabulary shape: answer length")
@@ -396,6 +414,13 @@ def main() -> None:
                     help="auto: the network's Linear (W @ x.T from 16 rows on the CPU); f_linear: F.linear "
                          "everywhere (the A/B baseline)")
     args = ap.parse_args()
+    for flag, names in (("--batch-caches", args.batch_caches), ("--batch1-caches", args.batch1_caches or ["none"])):
+        unknown = [n for n in names if n not in CPU_CACHES]
+        if unknown or names[0] != "none":
+            ap.error(f"{flag} {' '.join(names)}: the first must be none (the rows' reference) and each one of "
+                     f"{', '.join(CPU_CACHES)}")
+    if args.skip_rules and args.rules_only:
+        ap.error("--skip-rules and --rules-only leave nothing to run")
     device = torch.device(args.device)
     torch.set_num_threads(args.threads)
     shape = args.shape or ("llada-8b" if device.type == "cuda" else "cpu-mid")
@@ -408,11 +433,12 @@ def main() -> None:
                 threads=args.threads, torch=torch.__version__, dtype=str(dtype).replace("torch.", ""),
                 linear_product=args.linear_product, load_average_1m=round(os.getloadavg()[0], 2))
 
-    sel = bench_rules(repeats=20)
-    for k, v in meta.items():
-        sel[k] = v
-    sel.to_csv(out / f"rules_{device.type}.csv", index=False)
-    print(sel.to_string(index=False))
+    if not args.skip_rules:
+        sel = bench_rules(repeats=20)
+        for k, v in meta.items():
+            sel[k] = v
+        sel.to_csv(out / f"rules_{device.type}.csv", index=False)
+        print(sel.to_string(index=False))
     if args.rules_only:
         return
 
@@ -427,9 +453,11 @@ def main() -> None:
             print(f"bench: matrix-product peak {peak['peak_gflops']} GFLOP/s ({peak['peak_shape']})")
             frames = []
             for batch in args.batches:
-                caches = None if batch == 1 else {m: CPU_CACHES[m] for m in args.batch_caches}
+                names = args.batch1_caches if batch == 1 else args.batch_caches
+                caches = None if names is None else {m: CPU_CACHES[m] for m in names}
                 frames.append(bench_generate(model, batch, prompt, args.answer, args.block, steps, caches))
-        write(with_peak(pd.concat(frames, ignore_index=True), peak), f"cache_steps_{tag}.csv", shape, meta, out)
+        write(with_peak(pd.concat(frames, ignore_index=True), peak), f"cache_steps_{tag}.csv", shape, meta, out,
+              args.update)
         if not args.skip_vocab:
             del model
             vocab = build_model("cpu-vocab", device, dtype)

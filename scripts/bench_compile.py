@@ -6,7 +6,9 @@ compiled), then timed; each timed decode is the best of ``--repeats`` (the uncon
 The tokens and NFE of the two must be identical (``tokens_equal``, ``nfe_equal``; the script exits 1 otherwise),
 and the timed compiled decodes must compile nothing (``compiles_in_timed``). Models: the shipped tiny LLaDA
 checkpoint on Sudoku puzzles (gen 24, block 8, threshold 0.9) and bench.py's cpu-mid random network (prompt 256,
-answer ``--mid-answer`` (128), block 32, 4 top-k steps a block); writes results/bench/compiled_steps_<device>.csv.
+answer ``--mid-answer`` (128), block 32, 4 top-k steps a block); writes results/bench/compiled_steps_<device>.csv,
+where the rows measured replace those of the same model, cache and batch and the others stay (``--fresh``: only the
+rows of this run), so each model and batch can be measured by its own command.
 """
 
 from __future__ import annotations
@@ -64,6 +66,11 @@ def build(name: str, device: torch.device, answer: int = 128):
     return model, setting
 
 
+def ids_answer(name: str, args: argparse.Namespace) -> int:
+    """The decode's answer length: cpu-mid's ``--mid-answer``, the tiny task's gen length."""
+    return args.mid_answer if name == "cpu-mid" else DEFAULT_GEN_LENGTH
+
+
 def decode(model, ids: torch.Tensor, decoding: Decoding) -> tuple[float, list[list[int]], list[int]]:
     """(seconds, tokens, NFE per row) of one decode."""
     if ids.device.type == "cuda":
@@ -81,11 +88,20 @@ def best_of(model, ids, make, repeats: int) -> tuple[float, list[list[int]], lis
     return min(r[0] for r in runs), runs[0][1], runs[0][2]
 
 
-def write(rows: list[dict], args: argparse.Namespace, device: torch.device, out: Path) -> pd.DataFrame:
+KEY = ["model", "cache", "batch"]
+
+
+def write(rows: list[dict], args: argparse.Namespace, device: torch.device, out: Path,
+          kept: pd.DataFrame | None) -> pd.DataFrame:
+    """This run's rows, after the ``kept`` rows of other (model, cache, batch) keys; the frame written."""
     frame = pd.DataFrame(rows)
     frame["mode"], frame["threads"], frame["torch"] = args.mode, args.threads, torch.__version__
     frame["device"] = (torch.cuda.get_device_name(device) if device.type == "cuda"
                        else platform.processor() or "cpu")
+    if kept is not None and len(kept):
+        measured = pd.MultiIndex.from_frame(frame[KEY])
+        kept = kept[~pd.MultiIndex.from_frame(kept[KEY]).isin(measured)]
+        frame = pd.concat([kept, frame], ignore_index=True)
     frame.to_csv(out / f"compiled_steps_{device.type}.csv", index=False)
     return frame
 
@@ -101,12 +117,19 @@ def main() -> int:
     ap.add_argument("--mid-answer", type=int, default=128, help="cpu-mid's answer length (a multiple of 32)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=str(ROOT / "results" / "bench"))
+    ap.add_argument("--fresh", action="store_true", help="write only this run's rows (default: replace them in the CSV)")
     args = ap.parse_args()
+    if args.mid_answer < 32 or args.mid_answer % 32 or args.repeats < 1 or args.threads < 1 or min(args.batches) < 1:
+        print(f"bench_compile: --mid-answer must be a positive multiple of 32 (got {args.mid_answer}), --repeats, "
+              f"--threads and --batches >= 1 (got {args.repeats}, {args.threads}, {args.batches})", file=sys.stderr)
+        return 2
     device = torch.device(args.device)
     torch.set_num_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    rows, frame = [], pd.DataFrame(columns=["tokens_equal", "nfe_equal"])
+    existing = out / f"compiled_steps_{device.type}.csv"
+    kept = pd.read_csv(existing) if existing.exists() and not args.fresh else None
+    rows, frame = [], pd.DataFrame()
     for name in args.models:
         model, setting = build(name, device, args.mid_answer)
         eager_stack = model.layer_stack
@@ -127,7 +150,7 @@ def main() -> int:
                 warm_s, warm_n = compiled.compile_s - before_s, compiled.compiles - before_n
                 comp_s, comp_tokens, comp_nfe = best_of(model, ids, make, args.repeats)
                 steps = max(eager_nfe)
-                row = dict(model=name, cache=cache, batch=batch, steps=steps,
+                row = dict(model=name, cache=cache, batch=batch, answer=ids_answer(name, args), steps=steps,
                            eager_step_ms=round(eager_s / steps * 1e3, 3),
                            compiled_step_ms=round(comp_s / steps * 1e3, 3),
                            speedup=round(eager_s / comp_s, 3), compile_warmup_s=round(warm_s, 2),
@@ -136,9 +159,9 @@ def main() -> int:
                            load_average_1m=round(load, 2), load_average_1m_end=round(os.getloadavg()[0], 2))
                 rows.append(row)
                 print(row, flush=True)
-                frame = write(rows, args, device, out)  # after every row: a stopped run keeps what it measured
+                frame = write(rows, args, device, out, kept)  # after every row: a stopped run keeps what it measured
     print(frame.to_string(index=False))
-    if not (frame["tokens_equal"].all() and frame["nfe_equal"].all()):
+    if not all(r["tokens_equal"] and r["nfe_equal"] for r in rows):
         print("bench_compile: the compiled decode's tokens or NFE differ from eager's", file=sys.stderr)
         return 1
     return 0

@@ -18,7 +18,8 @@ tokenizer) in float32 and bfloat16 against the tokens recorded on the CPU (tests
 
 Beside eager, per shape: the same generate with the layer stack compiled (``--compile``, reduce-overhead = CUDA graphs on
 a GPU; models/compiled.py) at ``--compile-batches``, unpadded and padded, each after a warm-up decode of its shapes:
-ms per step of both, the compile seconds, the answer tokens they agree on (gpu_compiled_<shape>.csv).
+ms per step of both, the compile seconds, the answer tokens they agree on, and how many graphs inductor ran without
+CUDA graphs (``cudagraph_skips``: 0 when reduce-overhead captured every one; gpu_compiled_<shape>.csv).
 
 Writes gpu_forward_<shape>.csv, gpu_sdpa_<shape>.csv, gpu_generate_<shape>.csv, gpu_compiled_<shape>.csv (always with their header) and
 gpu_summary.json under --out. Imports only torch, numpy, pandas and this repo.
@@ -89,7 +90,7 @@ GENERATE_COLUMNS = ["shape", "batch", "padded", "prompt", "answer", "block", "wa
                     "ms_per_step", "peak_gib", "peak_reserved_gib"]
 # eager against the compiled layer stack (model.compile; dllm_bench/models/compiled.py), per batch
 COMPILED_COLUMNS = ["shape", "mode", "batch", "padded", "nfe", "eager_ms_per_step", "compiled_ms_per_step", "speedup",
-                    "compile_s", "token_agreement"]
+                    "compile_s", "token_agreement", "cudagraph_skips"]
 BACKEND_OPS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION",
                "math": "MATH"}
 # (name, flavour, policy, policy params, rule, rule params, cache, block) of the tiny checkpoints' decodes
@@ -303,6 +304,7 @@ def compiled_speed(model, stack: CompiledLayers, batch: int, prompt: int, gen: i
     ids, mask = padded_prompts(network, lengths, seed=batch)
     timed, tokens = {}, {}
     compile_s = 0.0
+    skips = torch._dynamo.utils.counters["inductor"]["cudagraph_skips"]
     try:
         for path in ("eager", "compiled"):
             network.layer_stack = stack if path == "compiled" else None  # None: eager
@@ -322,7 +324,8 @@ def compiled_speed(model, stack: CompiledLayers, batch: int, prompt: int, gen: i
                 eager_ms_per_step=round(timed["eager"] * 1e3, 2),
                 compiled_ms_per_step=round(timed["compiled"] * 1e3, 2),
                 speedup=round(timed["eager"] / timed["compiled"], 3), compile_s=round(compile_s, 1),
-                token_agreement=round(float((tokens["eager"] == tokens["compiled"]).float().mean()), 4))
+                token_agreement=round(float((tokens["eager"] == tokens["compiled"]).float().mean()), 4),
+                cudagraph_skips=torch._dynamo.utils.counters["inductor"]["cudagraph_skips"] - skips)
 
 
 def batch_agreement(model: DiffusionLM, lengths: list[int], gen: int, block: int) -> float:
@@ -464,15 +467,28 @@ def tiny_spec(setting: tuple) -> DecodeSpec:
 
 
 def tiny_tokens(device: torch.device, dtype: torch.dtype, prompts: dict[str, list[list[int]]],
-                rows: int | None = None) -> dict[str, list[list[int]]]:
-    """Answer ids of every tiny setting (the first ``rows`` prompts) decoded on ``device`` in ``dtype``."""
+                rows: int | None = None, deadline: float = float("inf"), missed: dict | None = None
+                ) -> dict[str, list[list[int]]]:
+    """Answer ids of every tiny setting (the first ``rows`` prompts) decoded on ``device`` in ``dtype``, until
+    ``deadline``: a setting that would start after it is listed in ``missed["skipped"]``, one running past it stops
+    at its next forward (``missed["stopped"]``); neither is in the result."""
     out, models = {}, {}
     for setting in TINY_SETTINGS:
+        what = f"{str(dtype).replace('torch.', '')} {setting[0]}"
+        if time.perf_counter() > deadline:
+            if missed is not None:
+                missed["skipped"].append(what)
+            continue
         flavour = setting[1]
         model = models.get(flavour) or models.setdefault(flavour, load_tiny(flavour, device, dtype))
         ids = torch.tensor(prompts[flavour][:rows], dtype=torch.long, device=device)
-        with torch.no_grad():
-            out[setting[0]] = generate(model, ids, None, tiny_spec(setting)).tokens.cpu().tolist()
+        try:
+            with torch.no_grad():
+                out[setting[0]] = generate(DeadlineNetwork(model, deadline), ids, None,
+                                           tiny_spec(setting)).tokens.cpu().tolist()
+        except DeadlineReached:
+            if missed is not None:
+                missed["stopped"].append(what)
     return out
 
 
@@ -494,18 +510,19 @@ def cpu_reference(fixture: dict) -> tuple[dict, dict[str, list[int]] | None, str
     return reference, fixture["near_tie_free"], "near-tie-free rows of the recording machine"
 
 
-def tiny_agreement(device: torch.device, rows: int | None) -> dict:
+def tiny_agreement(device: torch.device, rows: int | None, deadline: float = float("inf")) -> dict:
     """Per dtype and setting: the share of answer tokens and of whole answers equal to the CPU's recorded ones (on a
-    CPU: see cpu_reference; a GPU compares every row with the recording machine's)."""
+    CPU: see cpu_reference; a GPU compares every row with the recording machine's); the settings the phase's
+    ``deadline`` left out are listed under ``skipped`` and ``stopped``."""
     if not TINY_FIXTURE.is_file():
         return {"missing": f"{TINY_FIXTURE.relative_to(ROOT)}: run --record-tiny-reference on the CPU first"}
     fixture = json.loads(TINY_FIXTURE.read_text())
     reference, compared, source = fixture["tokens"], None, "the recording machine's CPU"
     if device.type == "cpu":
         reference, compared, source = cpu_reference(fixture)
-    result = {"reference": source}
+    result = {"reference": source, "skipped": [], "stopped": []}
     for name in ("float32", "bfloat16"):
-        got = tiny_tokens(device, DTYPES[name], fixture["prompts"], rows)
+        got = tiny_tokens(device, DTYPES[name], fixture["prompts"], rows, deadline, result)
         per = {}
         for setting, tokens in got.items():
             keep = list(range(len(tokens))) if compared is None else [r for r in compared[setting] if r < len(tokens)]
@@ -660,8 +677,10 @@ def main(argv: list[str] | None = None) -> dict:
                                              out))
         summary["total_s"] = round(time.perf_counter() - start, 1)
         path.write_text(json.dumps(summary, indent=1) + "\n")
-    summary["tiny_checkpoints_vs_cpu"] = tiny_agreement(device, args.tiny_rows)
+    summary["tiny_checkpoints_vs_cpu"] = tiny_agreement(device, args.tiny_rows,
+                                                        phase_deadline(start, args.budget_s, phases - 1, phases))
     summary["total_s"] = round(time.perf_counter() - start, 1)
+    summary["over_budget_s"] = round(max(summary["total_s"] - args.budget_s, 0.0), 1)  # the last forward's overrun
     path.write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps(summary["tiny_checkpoints_vs_cpu"]))
     for s in summary["shapes"]:
@@ -672,7 +691,9 @@ def main(argv: list[str] | None = None) -> dict:
         print(pd.DataFrame(s["forward"], columns=FORWARD_COLUMNS).to_string(index=False))
         print(pd.DataFrame(s["generate"], columns=GENERATE_COLUMNS).to_string(index=False))
         print(pd.DataFrame(s["compiled"], columns=COMPILED_COLUMNS).to_string(index=False))
-    print(f"total {summary['total_s']}s -> {out}")
+    tiny = summary["tiny_checkpoints_vs_cpu"]
+    print(f"tiny checkpoints: skipped {tiny.get('skipped')}, stopped at the deadline {tiny.get('stopped')}")
+    print(f"total {summary['total_s']}s of a {args.budget_s:g} s budget (over by {summary['over_budget_s']} s) -> {out}")
     return summary
 
 

@@ -40,6 +40,23 @@ def test_the_peak_and_each_steps_share_of_it(load_script):
     assert list(frame["achieved_gflops"]) == [2.0, 4.0] and list(frame["fraction_of_peak"]) == [0.25, 0.5]
 
 
+def test_update_replaces_the_measured_rows_and_keeps_the_others(load_script, tmp_path):
+    """``--update``: a row of the same cache, rule and batch is replaced (with the new run's columns), the others
+    stay; rows by batch, then in the presets' order."""
+    bench = load_script("bench")
+    old = bench.pd.DataFrame({"cache": ["none", "dkv", "none"], "rule": ["topk"] * 3, "batch": [1, 1, 16],
+                              "step_time_ms": [1.0, 2.0, 3.0]})
+    bench.write(old, "steps.csv", "cpu-mid", {"load_average_1m": 9.0}, tmp_path)
+    new = bench.pd.DataFrame({"cache": ["none", "none"], "rule": ["topk"] * 2, "batch": [1, 16],
+                              "step_time_ms": [4.0, 5.0], "fraction_of_peak": [0.5, 0.7]})
+    bench.write(new, "steps.csv", "cpu-mid", {"load_average_1m": 1.0}, tmp_path, update=True)
+    got = bench.pd.read_csv(tmp_path / "steps.csv")
+    assert list(zip(got["cache"], got["batch"], got["step_time_ms"])) == [("none", 1, 4.0), ("dkv", 1, 2.0),
+                                                                          ("none", 16, 5.0)]
+    assert list(got["load_average_1m"]) == [1.0, 9.0, 1.0] and got["fraction_of_peak"].isna().tolist() == [
+        False, True, False]
+
+
 def test_bench_leaves_out_a_preset_its_loop_cannot_run(load_script):
     bench = load_script("bench")
     policy, rule = bench.build_policy("blocks"), bench.build_rule("threshold", threshold=0.9)
@@ -63,3 +80,18 @@ def test_bench_batch_refuses_an_unknown_cache_preset(load_script, capsys):
     with pytest.raises(SystemExit) as err:
         bench_batch.main(["--caches", "none", "dkv_greedy9"])
     assert err.value.code == 2 and "--caches dkv_greedy9: not a cache preset" in capsys.readouterr().err
+
+
+def test_bench_compile_replaces_only_the_rows_it_measured(load_script, tmp_path):
+    """bench_compile.py writes each row as it is measured: rows of another model, cache or batch stay in the CSV."""
+    import argparse
+
+    script = load_script("bench_compile")
+    kept = script.pd.DataFrame({"model": ["tiny_llada", "cpu-mid"], "cache": ["none", "none"], "batch": [1, 16],
+                                "eager_step_ms": [1.0, 2.0]})
+    args = argparse.Namespace(mode="default", threads=1)
+    frame = script.write([{"model": "cpu-mid", "cache": "none", "batch": 16, "eager_step_ms": 3.0}], args,
+                         torch.device("cpu"), tmp_path, kept)
+    got = script.pd.read_csv(tmp_path / "compiled_steps_cpu.csv")
+    assert list(zip(got["model"], got["batch"], got["eager_step_ms"])) == [("tiny_llada", 1, 1.0), ("cpu-mid", 16, 3.0)]
+    assert len(frame) == 2 and got["threads"].iloc[1] == 1  # the run's own columns on its rows

@@ -112,3 +112,80 @@ def test_compiled_decodes_the_goldens(key, monkeypatch):
     with torch.no_grad():
         got = ref.tiny_runs(flavour, 100, current=True, only={f"{flavour}/{name}/{cache}"})
     assert got[f"{flavour}/{name}/{cache}"] == RECORDED[key]
+
+
+def _kv(rows: int, layers: int = 2, fill: float = 0.0):
+    from dllm_bench.models import KVCache
+
+    kv = KVCache()
+    kv.keys = [torch.full((rows, 2, 6, 4), fill + i) for i in range(layers)]
+    kv.values = [torch.full((rows, 2, 6, 4), -fill - i) for i in range(layers)]
+    return kv
+
+
+def test_static_storage_keeps_kv_at_fixed_addresses_and_never_shares_a_live_one():
+    """CUDA graphs' buffers (models/compiled.StaticStorage), checked on CPU tensors: the K/V copied into marked
+    buffers, adopted again without a copy, a second live storage given its own, the buffers of a finished decode
+    passed to the next one, and a storage whose rows dropped holding only buffers of its new shape."""
+    import gc
+
+    from dllm_bench.models.compiled import StaticStorage
+
+    pool = StaticStorage()
+    first = _kv(3, fill=1.0)
+    made = [*first.keys, *first.values]
+    pool.adopt(first)
+    held = [*first.keys, *first.values]
+    assert all(a is not b and torch.equal(a, b) for a, b in zip(held, made, strict=True))
+    assert all(getattr(t, "_dynamo_static_input_type", None) == "unguarded" for t in held)  # mark_static_address
+    pool.adopt(first)
+    assert all(a is b for a, b in zip([*first.keys, *first.values], held, strict=True))  # already its buffers
+    second = _kv(3, fill=5.0)
+    pool.adopt(second)
+    assert {t.data_ptr() for t in second.keys}.isdisjoint(t.data_ptr() for t in held)
+    assert torch.equal(first.keys[1], torch.full((3, 2, 6, 4), 2.0))  # untouched by the second storage
+    addresses = [t.data_ptr() for t in held]
+    del first, held, made
+    gc.collect()
+    third = _kv(3, fill=9.0)
+    pool.adopt(third)  # the finished storage's buffers, now holding the new values
+    assert [t.data_ptr() for t in [*third.keys, *third.values]] == addresses
+    assert torch.equal(third.values[0], torch.full((3, 2, 6, 4), -9.0))
+    third.keep_rows(torch.tensor([0, 2]))
+    pool.adopt(third)
+    assert {k[2] for k, held in pool.buffers.items() for _, h in held if h() is third} == {(2, 2, 6, 4)}
+
+
+def test_static_storage_is_for_cuda_graphs_only():
+    from types import SimpleNamespace
+
+    network = SimpleNamespace(run_layers=lambda h, ctx, cache=None: h)
+    stack = CompiledLayers(network, "reduce-overhead", backend="eager")
+    kv, cuda, cpu = _kv(1), SimpleNamespace(device=torch.device("cuda")), torch.zeros(1)
+    assert stack.keeps_storage_static(cuda, kv) and not stack.keeps_storage_static(cpu, kv)
+    assert not stack.keeps_storage_static(cuda, None) and not stack.keeps_storage_static(cuda, object())
+    assert not CompiledLayers(network, "default", backend="eager").keeps_storage_static(cuda, kv)
+
+
+@pytest.mark.parametrize("traced", [False, pytest.param(True, marks=pytest.mark.exhaustive)],
+                         ids=["untraced", "traced"])
+def test_a_decode_with_static_storage_decodes_as_eager_and_reuses_its_buffers(traced):
+    """The storage flow CUDA graphs take, forced on the CPU: the same tokens and NFE as eager, and a second decode of
+    the same shapes writes to the first one's buffers. By default the stack's function runs untraced (the flow alone,
+    ~1 s); traced by dynamo under ``fullgraph=True`` (no graph break over the marked buffers) it takes ~45 s loaded."""
+    model = _model("llada")
+    eager = _decode(model, "dual", 1)
+    _fresh_compiler()
+    stack = model.layer_stack = CompiledLayers(model, "reduce-overhead", backend="eager", fullgraph=True,
+                                               static_storage=True)
+    if not traced:
+        stack.fn = model.run_layers
+    try:
+        assert _decode(model, "dual", 1) == eager
+        addresses = {buf.data_ptr() for held in stack.storage.buffers.values() for buf, _ in held}
+        # K and V per layer, for each storage alive at once (a block's fresh one while the last is still held)
+        assert addresses and len(addresses) % (2 * model.config.n_layers) == 0
+        assert _decode(model, "dual", 1) == eager
+        assert {buf.data_ptr() for held in stack.storage.buffers.values() for buf, _ in held} == addresses
+    finally:
+        model.layer_stack = None

@@ -122,6 +122,10 @@ def test_a_measurement_past_its_deadline_stops_at_the_next_forward(load_script, 
     summary = gpu_check.check_shape("llada-8b", args, torch.device("cpu"), torch.float32, 0.0, tmp_path)
     assert summary["stopped"] == [] and len(summary["skipped"]) == 8 + 1 + 2 + 1 + 1
     assert pd.read_csv(tmp_path / "gpu_generate_llada-8b.csv").empty
+    # the tiny checkpoints' phase too: past its deadline every setting is skipped, in both dtypes
+    tiny = gpu_check.tiny_agreement(torch.device("cpu"), 1, deadline=0.0)
+    assert tiny["stopped"] == [] and len(tiny["skipped"]) == 2 * len(gpu_check.TINY_SETTINGS)
+    assert tiny["float32"] == tiny["bfloat16"] == {}
 
 
 def test_a_cpu_compares_every_row_where_recorded_and_the_near_tie_free_ones_elsewhere(load_script, monkeypatch):

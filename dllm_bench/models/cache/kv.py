@@ -81,6 +81,11 @@ class KVCache:
             self.values[i][:, :, lo + skip : hi] = v[:, :, skip:]
         return self.keys[i], self.values[i]
 
+    def graph_storage(self) -> list[list[torch.Tensor]]:
+        """The per-layer tensors a forward writes in place (CUDA graphs keep them at fixed addresses:
+        models/compiled.py); the lists themselves, so their entries can be replaced."""
+        return [self.keys, self.values]
+
     def keep_rows(self, rows: torch.Tensor) -> None:
         """Drop batch rows that finished (rows = indices to keep)."""
         self.keys = [k[rows] for k in self.keys]
