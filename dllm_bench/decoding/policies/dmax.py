@@ -55,9 +55,10 @@ class SoftPolicy(PolicyBase):
     """DMax soft parallel decoding over blocks: prefix-threshold commits, re-prediction of decoded tokens, soft inputs.
 
     Blocks tile the row from its first real prompt token (dInfer's block-diffusion iterator), so the first block
-    completes the prompt's last partial one. Each step of a block commits the masked block positions left of the first one whose top-1 probability is
-    below ``threshold`` (the leftmost masked one when none qualifies; or the configured rule's commit), and
-    rewrites every token decoded earlier in the block (never a prompt token) with this step's argmax. The next
+    completes the prompt's last partial one. Each step of a block commits the masked block positions left of the
+    first one whose top-1 probability is below ``threshold`` (the leftmost masked one when none qualifies; or the
+    configured rule's commit), and rewrites every token decoded earlier in the block (never a prompt token) with
+    this step's argmax. The next
     forward feeds each decoded position of the block p·e(token) + (1 − p)·e(mask), rescaled to the norm
     p·|e(token)| + (1 − p)·|e(mask)|, p the token's probability. A block ends when every position it decodes
     has p ≥ ``settle`` or a step changes nothing, at most ``block_length`` steps.
