@@ -165,8 +165,8 @@ def test_dmax_on_the_trained_tiny_llada_and_in_bf16():
 
 
 def test_prefill_adds_one_forward_that_commits_nothing(llada2):
-    prompts = torch.tensor(prompts_for(llada2, (8, 8), seed=5))
-    runs = [spec_generate(llada2, prompts, None, gen_length=16, block_length=4, confidence_precision="float32",
+    prompts = torch.tensor(prompts_for(llada2, (8,), seed=5))
+    runs = [spec_generate(llada2, prompts, None, gen_length=8, block_length=4, confidence_precision="float32",
                           policy=build_policy("dmax", threshold=0.3, prefill=p)) for p in (False, True)]
     assert runs[0].tokens.tolist() == runs[1].tokens.tolist()
     assert [(r.nfe + 1, r.edits) for r in runs[0].records] == [(r.nfe, r.edits) for r in runs[1].records]
