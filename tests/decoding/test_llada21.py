@@ -187,9 +187,3 @@ def test_refused_combinations(cache, rule, needle):
 def test_bad_parameters_are_refused(params, needle):
     with pytest.raises(ValueError, match=needle):
         build_policy("llada21", **params)
-
-
-def test_dream_models_are_refused(dream):
-    with pytest.raises(ValueError, match="shifted"):
-        spec_generate(dream, torch.tensor([prompts_for(dream, (5,))[0]]), None, gen_length=16, block_length=8,
-                      policy=build_policy("llada21"))

@@ -98,7 +98,8 @@ SWITCHES = [
         ("method", "d3llm")]],
     *[(["policy=llada21_dllm"], f"policy.{k}", v, 0) for k, v in [
         ("threshold", 0.8), ("edit_threshold", 0.7), ("max_post_steps", 4), ("min_commit", 2), ("loop", "sglang")]],
-    *[(["policy=dmax_math"], f"policy.{k}", v, 0) for k, v in [("threshold", 0.7), ("settle", 0.8)]],
+    *[(["policy=dmax_math"], f"policy.{k}", v, 0) for k, v in [("threshold", 0.7), ("settle", 0.8), ("prefill", True),
+                                                                 ("eos_stop", True)]],
     *[(["policy=fast_dllm_v2"], f"policy.{k}", v, 0) for k, v in [
         ("sub_block", 4), ("steps", 8), ("threshold", 0.5), ("kv_cache", "none")]],
     (["policy=wino"], "policy.threshold_back", 0.95, 0),

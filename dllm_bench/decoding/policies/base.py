@@ -142,6 +142,9 @@ class PolicyBase:
     # its blocks tile the answer from its first position, so gen_length is a multiple of block_length (False: they
     # tile the canvas from the prompt's start, block diffusion's absolute grid, and the answer may end anywhere)
     blocks_from_answer: ClassVar[bool] = True
+    # it rewrites a token from the prediction at the token's own position, which a model with shifted logits (Dream)
+    # does not make there: such models are refused (``check_model``, ``refuse_shifted_logits``)
+    unshifted_logits: ClassVar[bool] = False
 
     @property
     def measure(self) -> str | None:
@@ -235,7 +238,8 @@ class PolicyBase:
             raise ValueError(f"policy {self.name!r} uses confidence {self.measure!r}, got {given!r}")
 
     def check_model(self, config: Any) -> None:
-        return None
+        if self.unshifted_logits:
+            refuse_shifted_logits(self.name, config)
 
     def place_prompt(self, state: Any, prompt_mask: torch.Tensor, config: Any) -> None:
         return None

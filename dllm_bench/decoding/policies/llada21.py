@@ -14,7 +14,6 @@ from dllm_bench.decoding.commit_masks import topk_commit_mask
 from dllm_bench.decoding.policies.base import (
     PolicyBase,
     blocked_bounds,
-    refuse_shifted_logits,
     register,
     span_mask,
 )
@@ -73,6 +72,7 @@ class EditPolicy(PolicyBase):
     presets: ClassVar[Mapping[str, Mapping[str, Any]]] = EDIT_PRESETS
     flavours: ClassVar[tuple[str, ...]] = ("llada",)
     measure: ClassVar[str] = "top1_prob"
+    unshifted_logits: ClassVar[bool] = True
 
     def check(self) -> None:
         _probability("threshold", self.threshold)
@@ -98,9 +98,6 @@ class EditPolicy(PolicyBase):
             return (f"policy 'llada21' recomputes the canvas every step (its published loops keep no cache of the "
                     f"block it edits), got cache {cache.name!r}")
         return None
-
-    def check_model(self, config: Any) -> None:
-        refuse_shifted_logits(self.name, config)
 
     def init_state(self, batch: int, gen_length: int, block_length: int, device: torch.device) -> EditState:
         z = torch.zeros(batch, dtype=torch.long, device=device)
