@@ -34,6 +34,9 @@ sandbox-deps:  ## bubblewrap for the code sandbox (docs/sandbox.md): apt-get as 
 # TEST_JOBS=0 runs the suite in this process.
 TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; [ $$n -lt 2 ] && n=0; echo $$n)
 WORKERS = -n $(TEST_JOBS) --dist loadgroup
+# Under test, idle OpenMP threads sleep instead of spinning: the workers' threads outnumber the cores, and spinning
+# threads slowed a 2-thread test file 13x on a busy 2-core box (24.5 s -> 315 s). How threads wait changes no result.
+test test-fast test-cpu-capabilities: export OMP_WAIT_POLICY ?= PASSIVE
 
 test: setup  ## run the whole test suite (what CI runs), on TEST_JOBS workers
 	$(PY) -m pytest -q $(WORKERS) tests

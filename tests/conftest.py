@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import os
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-import torch
+
+# idle OpenMP threads sleep rather than spin (as `make test` sets it): with test workers beside each other, spinning
+# threads cost a 2-core box a 13x slowdown; how threads wait changes no result
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+import torch  # noqa: E402
 
 from dllm_bench.models.tiny_format import make_random_checkpoint
 from tests.machine import golden_names
