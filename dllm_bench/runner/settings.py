@@ -43,16 +43,18 @@ class RunSettings:
 
 @dataclass(frozen=True)
 class ModelSettings:
-    """Keys of the `model` group (conf/model/*.yaml)."""
+    """Keys of the `model` group and their defaults, the one place they are written: each conf/model/*.yaml
+    extends them (``- /defaults/model/settings@_here_``, runner/group_defaults) and sets only what differs."""
 
-    name_or_path: str
-    flavour: str = "llada"
-    chat: bool = False
-    vision: bool = False
-    forbidden_tokens: tuple[str, ...] = ()
-    dtype: str | None = None
-    device: str | None = None
-    rope_full_precision: bool | None = None  # None = as the published model code (see load_model)
+    name_or_path: str  # a hub id or a local folder
+    flavour: str  # llada | dream (checked against config.json when the path is local)
+    chat: bool = False  # prompts go through the chat template (instruct models, the tiny ones)
+    vision: bool = False  # accepts images
+    forbidden_tokens: tuple[str, ...] = ()  # never committed at masked positions (ids via the tokenizer)
+    dtype: str | None = None  # None = bfloat16 on cuda, float32 on cpu
+    device: str | None = None  # None = cuda if available else cpu; "per_job" = cuda:(hydra job number mod GPU count)
+    # None = as the published model code (LLaDA: config.json's key; Dream: the model dtype); true = float32
+    rope_full_precision: bool | None = None
     attention: str | None = None  # block diffusion's switches (models/blocks.py); None = the checkpoint's
     block_grid: str | None = None
     # the layer stack under torch.compile (models/compiled.py): false (eager) or a mode: default | reduce-overhead

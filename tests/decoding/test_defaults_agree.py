@@ -1,6 +1,6 @@
-"""One source of defaults: every conf/{rule,cache,policy} option composes to its dataclass's defaults (a policy
-file's preset, a cache preset file's own values over them), and no file restates a default; Hydra takes them
-from the dataclasses (runner/group_defaults), so `build_cache("dllm")` and `cache=dllm` decode alike."""
+"""One source of defaults: every conf/{rule,cache,policy,model} option composes to its dataclass's defaults (a
+policy file's preset, a cache preset file's own values over them), and no file restates a default; Hydra takes
+them from the dataclasses (runner/group_defaults), so `build_cache("dllm")` and `cache=dllm` decode alike."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 from dllm_bench.decoding.config import CACHES, POLICY_CLASSES, RULES
 from dllm_bench.runner.config import CONF_DIR
 from dllm_bench.runner.group_defaults import option_values
+from dllm_bench.runner.settings import ModelSettings
 
 pytestmark = pytest.mark.fast  # the inner loop: make test-fast
 
@@ -69,3 +70,21 @@ def test_the_option_composes_to_the_dataclass_defaults_and_restates_none(path, c
 def test_every_preset_has_its_file(name):
     files = [p for p in (CONF_DIR / "policy").glob("*.yaml") if yaml.safe_load(p.read_text())["name"] == name]
     assert {preset_of(p, name) for p in files} - {None} == set(POLICY_CLASSES[name].presets)
+
+
+MODEL_FILES = sorted((CONF_DIR / "model").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", MODEL_FILES, ids=[p.stem for p in MODEL_FILES])
+def test_a_model_file_sets_its_checkpoint_and_only_what_differs(path, composed_group):
+    own, composed = own_values(path), composed_group("model", path.stem)
+    required = [f.name for f in fields(ModelSettings) if f.default is MISSING]
+    assert required == ["name_or_path", "flavour"] and all(own.get(k) for k in required), path
+    expected = {f.name: None if f.default is MISSING else f.default for f in fields(ModelSettings)}
+    for key, value in own.items():
+        assert key in expected and (key in required or expected[key] != value), \
+            f"{path}: {key}={value!r} restates a default or is no key"
+    expected = {**expected, **own, "forbidden_tokens": list(own.get("forbidden_tokens", ()))}
+    composed["name_or_path"] = own["name_or_path"]  # ${pkg_path:...} resolved
+    assert option_values(path) | {"name_or_path": own["name_or_path"]} == composed
+    assert composed == expected and list(composed) == list(expected)

@@ -1,7 +1,8 @@
-"""The rule, cache and policy groups' defaults as Hydra config nodes, built from the registered dataclasses, the
+"""The rule, cache, policy and model groups' defaults as Hydra config nodes, built from the dataclasses, the
 one place they are written: ``defaults/<kind>/<name>`` holds ``name`` and every parameter at its default (a
-policy's ``default_preset`` applied), ``defaults/policy/<policy>_<preset>`` a policy's preset over them. Each
-conf/{rule,cache,policy}/*.yaml extends one (``- /defaults/rule/threshold@_here_``) and sets only what differs.
+policy's ``default_preset`` applied), ``defaults/policy/<policy>_<preset>`` a policy's preset over them, and
+``defaults/model/settings`` every model key (runner.settings.ModelSettings). Each conf/{rule,cache,policy,model}
+file extends one (``- /defaults/rule/threshold@_here_``) and sets only what differs.
 
 A package, not a module: conf/config.yaml names it in ``hydra.searchpath`` (``pkg://``, holding no files), so
 Hydra imports it whenever it composes conf/ or a copy of it: the CLI, ``dllm_bench.api``, the lm-eval adapter,
@@ -22,6 +23,7 @@ from omegaconf import OmegaConf
 from dllm_bench.decoding.caches import CACHES
 from dllm_bench.decoding.policies import POLICIES
 from dllm_bench.decoding.rules import RULES
+from dllm_bench.runner.settings import ModelSettings
 
 GROUP = "defaults"
 REGISTRIES: Mapping[str, Mapping[str, type]] = {"rule": RULES, "cache": CACHES, "policy": POLICIES}
@@ -38,13 +40,16 @@ def config_defaults(cls: type) -> dict[str, Any]:
         value = f.default if f.default is not MISSING else None
         if f.default_factory is not MISSING:
             value = f.default_factory()
+        if isinstance(value, tuple):
+            value = list(value)  # a config list
         out[f.name] = float(value) if hints[f.name] is float and type(value) is int else value
     return out
 
 
 def group_nodes() -> dict[str, dict[str, Any]]:
-    """``<kind>/<option>`` -> ``{name, parameters}`` for every registered rule, cache, policy and policy preset."""
-    nodes: dict[str, dict[str, Any]] = {}
+    """``<kind>/<option>`` -> ``{name, parameters}`` for every registered rule, cache, policy and policy preset;
+    ``model/settings`` -> every model key at its default."""
+    nodes: dict[str, dict[str, Any]] = {"model/settings": config_defaults(ModelSettings)}
     for kind, registry in REGISTRIES.items():
         for name, cls in registry.items():
             values = {"name": name, **config_defaults(cls)}
