@@ -81,6 +81,18 @@ def _table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _early_stop_note(rows: list[dict]) -> list[str]:
+    """A line saying so when early stop changed no setting's figures (D2F adds no block after an EOS)."""
+    keys = ("accuracy", "nfe_mean", "forward_positions_mean")
+    pairs = {(r["model"], r["block_length"]): [] for r in rows}
+    for r in rows:
+        pairs[(r["model"], r["block_length"])].append(tuple(r[k] for k in keys))
+    if not all(len(set(v)) == 1 for v in pairs.values()):
+        return []
+    return ["Early stop changes no figure: D2F's pipeline adds no block after an EOS is committed, and the "
+            "positions never added are returned as EOS.", ""]
+
+
 def render(flavour: str) -> str:
     """The card's markdown from train_log.json, adapter_config.json and eval_results_d2f.json."""
     directory = CHECKPOINTS / f"tiny_{flavour}_d2f"
@@ -143,6 +155,7 @@ def render(flavour: str) -> str:
         "",
         _table(evals),
         "",
+        *_early_stop_note(evals),
         "## Limitations",
         "- A toy for comparing decoders on D2F's exact adapter format, not a language model; blocks of 4 and 8 (D2F's "
         "evals use 32 and 64) because the 24-token answer leaves few blocks otherwise.",
