@@ -129,6 +129,8 @@ def render(flavour: str) -> str:
         f"- Command: `{log['command']}` (seed {tc['seed']}); {tc['steps']} steps of batch {tc['batch_size']}, AdamW "
         f"lr {tc['lr']} (betas 0.9 / 0.95, warm-up {tc['warmup_steps']}, cosine to {tc['min_lr_ratio']}×), weight "
         f"decay {tc['weight_decay']}, grad clip {tc['grad_clip']}, {tc['threads']} CPU thread(s), torch {log['torch']}.",
+        f"- Retrain: `python -m dllm_bench.tiny.train_d2f --flavour {flavour}` (its defaults are the settings above) "
+        "writes the adapter here; the run above wrote it to its `--out` and it was copied here unchanged.",
         f"- Time: wall clock {log['wall_seconds'] / 60:.1f} min, CPU time of the training process "
         f"{log['cpu_seconds'] / 60:.1f} min" + (" (the 2-core machine was shared with other jobs: the wall clock is "
                                                 "mostly waiting)." if log["cpu_seconds"] < log["wall_seconds"] / 2 else "."),
