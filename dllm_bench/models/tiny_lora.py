@@ -1,8 +1,6 @@
-"""Tiny D2F adapters: LoRA weights in PEFT's format (:mod:`.lora`) on the embedded tiny LLaDA and Dream, targeting the
-modules D2F's training wraps. Random small weights (enough to change decodes, not trained): the equivalence tests
-run the published D2F loop and ours on the same merged network.
-
-``python -m dllm_bench.models.tiny_lora`` rewrites the shipped ones (dllm_bench/tiny/checkpoints/tiny_*_d2f).
+"""Random D2F-shaped adapters: LoRA weights in PEFT's format (:mod:`.lora`) on the embedded tiny LLaDA and Dream,
+targeting the modules D2F's training wraps, at the rank of the shipped trained ones (dllm_bench/tiny/checkpoints/
+tiny_*_d2f, written by ``python -m dllm_bench.tiny.train_d2f``): for tests of the format and the merge.
 """
 
 from __future__ import annotations
@@ -16,8 +14,7 @@ from .config import ModelConfig
 from .lora import D2F_TARGET_MODULES, save_adapter
 from .tiny_moe import standard_normal
 
-CHECKPOINTS = Path(__file__).resolve().parents[1] / "tiny" / "checkpoints"
-TINY_RANK, TINY_ALPHA = 4, 8.0
+TINY_RANK, TINY_ALPHA = 16, 16.0  # the shipped trained adapters' (alpha / r = 1, as D2F's 32 / 32)
 
 
 def make_random_d2f_adapter(base_dir: str | Path, directory: str | Path, seed: int = 0, *, r: int = TINY_RANK,
@@ -44,12 +41,3 @@ def make_random_d2f_adapter(base_dir: str | Path, directory: str | Path, seed: i
         base_name = os.path.relpath(base_dir.resolve(), Path(directory).resolve())
     return save_adapter(directory, pairs, base=base_name, r=r, lora_alpha=lora_alpha, target_modules=targets)
 
-
-def main() -> None:
-    for flavour, seed in (("llada", 0), ("dream", 1)):
-        out = make_random_d2f_adapter(CHECKPOINTS / f"tiny_{flavour}", CHECKPOINTS / f"tiny_{flavour}_d2f", seed=seed)
-        print(out)
-
-
-if __name__ == "__main__":
-    main()

@@ -30,6 +30,7 @@ FIXTURE = "pipeline_published.json"
 GOLDEN = json.loads((ROOT / "tests" / "fixtures" / FIXTURE).read_text())
 CHECKPOINTS = ROOT / "dllm_bench" / "tiny" / "checkpoints"
 DEFAULT_PUZZLES = 3
+BATCH = 25
 # the caches each method's goldens are replayed with: D2F's is its committed-block cache, recomputing is exact too
 CACHES = {"d2f_llada": ("committed_blocks", "none"), "d2f_dream": ("committed_blocks", "none"), "d3llm_llada": ("none",)}
 
@@ -79,6 +80,8 @@ def _cases():
 
 @pytest.mark.parametrize(("method", "index", "cache", "full"), list(_cases()))
 def test_pipeline_decodes_as_its_published_code(method, index, cache, full):
+    """Each recorded puzzle's answer and NFE; decoded BATCH puzzles at a time (one prompt length; a batch decodes
+    each row as alone: test_a_batch_decodes_each_row_as_alone)."""
     entry = GOLDEN["methods"][method]
     setting = entry["settings"][index]
     rows = setting["puzzles"] if full else setting["puzzles"][:DEFAULT_PUZZLES]
@@ -86,12 +89,14 @@ def test_pipeline_decodes_as_its_published_code(method, index, cache, full):
     exact = same_machine(FIXTURE)
     spec = _spec(method, setting, cache, trace=not exact)
     compared = 0
-    for sample_id, digest, nfe in rows:
-        out = generate(_model(method), torch.tensor([prompts[sample_id]]), None, spec)
-        if not exact and decision_margin(out.records[0].trace, None) < NEAR_TIE:
-            continue
-        compared += 1
-        assert (sample_id, answer_hash(out.tokens[0].tolist()), out.records[0].nfe) == (sample_id, digest, nfe)
+    for lo in range(0, len(rows), BATCH):
+        chunk = rows[lo: lo + BATCH]
+        out = generate(_model(method), torch.tensor([prompts[sid] for sid, _, _ in chunk]), None, spec)
+        for b, (sample_id, digest, nfe) in enumerate(chunk):
+            if not exact and decision_margin(out.records[b].trace, None) < NEAR_TIE:
+                continue
+            compared += 1
+            assert (sample_id, answer_hash(out.tokens[b].tolist()), out.records[b].nfe) == (sample_id, digest, nfe)
     assert compared >= len(rows) // 2
 
 
