@@ -79,6 +79,7 @@ bench: setup  ## decoding-engine benchmarks and the batch speed-up; CSVs under r
 	$(PY) scripts/bench_batch.py
 	$(PY) scripts/bench_batch.py --caches none dual dkv dkv_greedy --batches 1 16
 	$(PY) scripts/bench_moe.py
+	$(PY) scripts/bench_block_cache.py
 	$(PY) scripts/bench_compile.py
 	$(PY) scripts/bench_commit_step.py
 

@@ -1,10 +1,12 @@
 """GPU memory a decoding cell needs at a batch size, and whether it fits beside the weights.
 
-An upper bound from the shapes alone (bfloat16 weights and activations, nothing measured): the weights, the cache
-a forward keeps (K/V for prefix/dual, K/V and attention/FFN outputs for dLLM-Cache), one full forward's largest
-activations (the SwiGLU intermediate), the LM head's logits at every candidate of the first step (the whole
-window: all of the answer for Dream's policies, SlowFast ``dream`` and block = gen) and the confidence's scratch,
-which :func:`dllm_bench.decoding.confidence.candidate_predictions` bounds by taking the rows in chunks.
+An upper bound from the shapes alone (bfloat16 weights and activations, nothing measured): the weights (each model
+at its own config where ``MODEL_SHAPES`` names one: the block-diffusion and LLaDA2 MoE models; else its flavour's 8B
+model), the cache a forward keeps (K/V for prefix/dual and the block-diffusion policy's committed blocks, K/V and
+attention/FFN outputs for dLLM-Cache), one full forward's largest activations (the SwiGLU intermediate), the LM
+head's logits at every candidate of the first step (the whole window: all of the answer for Dream's policies,
+SlowFast ``dream`` and block = gen) and the confidence's scratch, which
+:func:`dllm_bench.decoding.confidence.candidate_predictions` bounds by taking the rows in chunks.
 """
 
 from __future__ import annotations
@@ -16,11 +18,26 @@ from typing import Any
 
 from dllm_bench.decoding.caches import CACHES
 from dllm_bench.decoding.confidence import CHUNK_BYTES
+from dllm_bench.models.architectures import architecture_of
 from dllm_bench.models.config import ModelConfig
 
 CONFIGS = Path(__file__).resolve().parents[1] / "models" / "reference_configs"
 SHAPE_CONFIGS = {"llada-8b": CONFIGS / "llada-8b-instruct" / "config.json",
-                 "dream-7b": CONFIGS / "dream-v0-base-7b" / "config.json"}
+                 "dream-7b": CONFIGS / "dream-v0-base-7b" / "config.json",
+                 "fast-dllm-v2-7b": CONFIGS / "fast-dllm-v2-7b" / "config.json",
+                 "fast-dllm-v2-1.5b": CONFIGS / "fast-dllm-v2-1.5b" / "config.json",
+                 "sdar-8b": CONFIGS / "sdar-8b-chat" / "config.json",
+                 "llada2-mini": CONFIGS / "llada2-mini" / "config.json",
+                 "llada2-flash": CONFIGS / "llada2-flash" / "config.json"}
+# a model whose shape is not its flavour's 8B one: its preset's name_or_path -> a shape above (LLaDA2.1 and DMax are
+# LLaDA2.0-mini's architecture, their presets say so; the other presets take llada-8b / dream-7b by flavour)
+MODEL_SHAPES = {"Efficient-Large-Model/Fast_dLLM_v2_7B": "fast-dllm-v2-7b",
+                "Efficient-Large-Model/Fast_dLLM_v2_1.5B": "fast-dllm-v2-1.5b",
+                "JetLM/SDAR-8B-Chat": "sdar-8b",
+                "inclusionAI/LLaDA2.0-mini": "llada2-mini", "inclusionAI/LLaDA2.1-mini": "llada2-mini",
+                "Zigeng/DMax-16B": "llada2-mini", "Zigeng/DMax-Math-16B": "llada2-mini",
+                "Zigeng/DMax-Coder-16B": "llada2-mini",
+                "inclusionAI/LLaDA2.0-flash": "llada2-flash"}
 GPU_GIB = 80.0  # the papers' A100/H100 80 GB
 # float64-sized [rows, V] copies the confidence holds at once: top-1 (the logits' copy and its exp, in place)
 # vs the softmax measures (cast, log-softmax, its exp, the product; margin's softmax and top-2)
@@ -52,16 +69,31 @@ class MemoryEstimate:
 
 
 def shape_config(shape: str) -> ModelConfig:
-    """The model config of a GPU-check shape name (llada-8b, dream-7b)."""
-    return ModelConfig.from_hf_config(json.loads(SHAPE_CONFIGS[shape].read_text()), name_or_path=shape)
+    """The model config of a shape name (``SHAPE_CONFIGS``), parsed by the network its ``architectures`` name."""
+    raw = json.loads(SHAPE_CONFIGS[shape].read_text())
+    arch = architecture_of(raw)
+    return arch.parse(raw, shape) if arch is not None else ModelConfig.from_hf_config(raw, name_or_path=shape)
+
+
+def model_shape(model: dict[str, Any]) -> str:
+    """The shape a composed run's ``model`` section is estimated at: its own, else its flavour's 8B model."""
+    return MODEL_SHAPES.get(str(model.get("name_or_path")), "dream-7b" if model.get("flavour") == "dream" else "llada-8b")
 
 
 def parameters(cfg: ModelConfig) -> int:
-    """Parameter count of the network from its config."""
-    d, hd = cfg.d_model, cfg.head_dim
-    attn = d * cfg.n_heads * hd * 2 + d * cfg.n_kv_heads * hd * 2
-    bias = (cfg.n_heads + 2 * cfg.n_kv_heads) * hd if cfg.qkv_bias else 0
-    return 2 * cfg.vocab_size * d + cfg.n_layers * (attn + bias + 3 * d * cfg.mlp_hidden_size + 2 * d) + d
+    """Parameter count of the network from its config: embeddings (one matrix when the head is tied), attention
+    (q, k, v, o, their biases, qk-norm), two norms a layer, a dense SwiGLU or a MoE layer (router, routed and
+    shared experts: LLaDA2's ``first_k_dense_replace`` dense layers first), the final norm."""
+    d, hd, H, KV = cfg.d_model, cfg.head_dim, cfg.n_heads, cfg.n_kv_heads
+    layer = d * H * hd * 2 + d * KV * hd * 2 + 2 * d
+    layer += (H + 2 * KV) * hd if cfg.qkv_bias else 0
+    layer += 2 * hd if getattr(cfg, "qk_norm", False) else 0
+    experts = getattr(cfg, "num_experts", 0)
+    moe_layers = cfg.n_layers - cfg.first_k_dense_replace if experts else 0
+    moe = experts * d + 3 * d * cfg.moe_intermediate_size * (experts + cfg.num_shared_experts) if experts else 0
+    embeddings = cfg.vocab_size * d * (1 if cfg.tie_embeddings else 2)
+    return (embeddings + cfg.n_layers * layer + (cfg.n_layers - moe_layers) * 3 * d * cfg.mlp_hidden_size
+            + moe_layers * moe + d)
 
 
 def window_length(config: dict[str, Any]) -> int:
@@ -91,7 +123,8 @@ def decode_memory(cfg: ModelConfig, config: dict[str, Any], batch: int, prompt: 
     hd, V = cfg.head_dim, cfg.vocab_size
     cache = config["cache"]["name"]
     width = {"k": cfg.n_kv_heads * hd, "v": cfg.n_kv_heads * hd, "attn": cfg.d_model, "ffn": cfg.d_model}
-    cache_bytes = sum(cfg.n_layers * batch * S * width[t] * 2 for t in CACHES[cache].stores)
+    stores = set(CACHES[cache].stores) | ({"k", "v"} if config["policy"].get("kv_cache") == "committed" else set())
+    cache_bytes = sum(cfg.n_layers * batch * S * width[t] * 2 for t in stores)
     activations = 3 * batch * S * cfg.mlp_hidden_size * 2 + 4 * batch * S * cfg.d_model * 2
     rows = batch * window
     logits = rows * V * 2
@@ -110,9 +143,9 @@ def cell_memory(spec, batch: int, prompt: int, chunk_bytes: int | None = CHUNK_B
 
     cells = [c for c in table_cells(spec) if c.unavailable is None]
     configs = compose_configs([(spec.preset, c.overrides) for c in cells])
-    shapes = {name: shape_config(name) for name in SHAPE_CONFIGS}
-    return [(c, decode_memory(shapes["dream-7b" if conf["model"].get("flavour") == "dream" else "llada-8b"], conf,
-                              batch, prompt, chunk_bytes)) for c, conf in zip(cells, configs)]
+    shapes = {name: shape_config(name) for name in {model_shape(conf["model"]) for conf in configs}}
+    return [(c, decode_memory(shapes[model_shape(conf["model"])], conf, batch, prompt, chunk_bytes))
+            for c, conf in zip(cells, configs)]
 
 
 def memory_report(specs, batch: int, prompt: int = 1024, capacity: float = GPU_GIB) -> str:

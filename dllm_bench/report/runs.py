@@ -22,6 +22,8 @@ _ABSENT = object()
 NON_IDENTITY_KEYS = frozenset(NON_OUTPUT_KEYS) | {"seed", "model.device", "run_id"}
 # Columns a runs.csv must have for its rows to be compared at all: what the decoding groups chose.
 REQUIRED_KEYS = ("policy.name", "rule.name", "cache.name")
+# read_runs' column naming, per row, the keys its own runs.csv lacks (written before the runner recorded them)
+ABSENT_COLUMN = "absent_keys"
 
 
 def override_value(value: Any) -> str:
@@ -138,6 +140,9 @@ def read_runs(paths: Iterable[Path | str]) -> pd.DataFrame:
         frames.append(frame)
     if not frames:
         return pd.DataFrame()
+    union = set().union(*(f.columns for f in frames))
+    for frame in frames:  # a key another file records but this one does not: not compared for its rows
+        frame[ABSENT_COLUMN] = "|".join(sorted(union - set(frame.columns)))
     return rename_columns(pd.concat(frames, ignore_index=True, sort=False).fillna(""))
 
 
@@ -190,15 +195,18 @@ def _column(runs: pd.DataFrame, key: str) -> pd.Series:
 
 
 def matching_rows(runs: pd.DataFrame, config: Mapping[str, Any]) -> pd.DataFrame:
-    """Rows whose every identity value equals the cell's; keys absent from runs.csv are not compared, except
-    `REQUIRED_KEYS` (a file without them cannot hold this setting)."""
+    """Rows whose every identity value equals the cell's; keys absent from runs.csv (from a row's own file, when
+    several are read together) are not compared, except `REQUIRED_KEYS` (a file without them cannot hold this
+    setting)."""
     if runs.empty or any(key not in runs.columns for key in REQUIRED_KEYS):
         return runs.iloc[0:0]  # written under another config schema (e.g. before policy x rule): never a match
     mask = same_backend(runs, config)
+    absent = runs[ABSENT_COLUMN].map(lambda text: set(text.split("|"))) if ABSENT_COLUMN in runs.columns else None
     for key, expected in identity(flatten(dict(config))).items():
         if key not in runs.columns:
             continue
-        mask &= runs[key].map(lambda cell, e=expected: same_value(cell, e))
+        same = runs[key].map(lambda cell, e=expected: same_value(cell, e))
+        mask &= same if absent is None or key in REQUIRED_KEYS else same | absent.map(lambda keys, k=key: k in keys)
         if not mask.any():
             break
     return runs[mask]
