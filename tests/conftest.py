@@ -21,7 +21,7 @@ import torch  # noqa: E402
 from dllm_bench.models.tiny_format import make_random_checkpoint
 from tests.machine import golden_names
 
-SUITE_THREADS = 2  # the count every golden was recorded at; a CPU product's bits can depend on it
+SUITE_THREADS = 2  # the count the goldens were recorded at (one recorded at another says so: its 'threads'); a CPU product's bits can depend on it
 torch.set_num_threads(SUITE_THREADS)
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 TESTS = Path(__file__).resolve().parent

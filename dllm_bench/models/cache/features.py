@@ -17,10 +17,11 @@ def least_similar_rows(new: torch.Tensor, cached: torch.Tensor, n: int, compat: 
     to float32, so that rows within rounding noise of each other tie; ties go to the lower position. The choice
     then does not hinge on the SIMD width of the reductions (ATEN_CPU_CAPABILITY; tests/test_cpu_capabilities.py).
     ``compat``: the published hook, ``F.cosine_similarity`` in the V dtype and ``torch.topk`` (which states no
-    order for ties).
+    order for ties), its positions in ``torch.topk``'s order (least similar first), the order the hook gathers
+    the rows in: the CPU attention kernel can round a query by its place among the queries.
     """
     if compat:
-        return torch.topk(F.cosine_similarity(new, cached, dim=-1), n, dim=-1, largest=False).indices.sort(dim=-1).values
+        return torch.topk(F.cosine_similarity(new, cached, dim=-1), n, dim=-1, largest=False).indices
     a, b = new.double(), cached.double()
     dot, a2, b2 = (a * b).sum(dim=-1), (a * a).sum(dim=-1), (b * b).sum(dim=-1)
     sim = (dot / (a2 * b2).sqrt().clamp_min(1e-16)).float()
@@ -171,9 +172,10 @@ class FeatureCache:
     def _published_qkv(self, block: Block, h: torch.Tensor, v_new: torch.Tensor, selected: torch.Tensor,
                        with_prompt: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q, k, v of the ``selected`` positions from the products the published hook takes: the prompt's (on a
-        prompt refresh) from the prompt alone, the picked response rows' q and k from those rows alone, and their v
-        the rows of the whole response's V product ``v_new`` (a small product may round differently from the same
-        rows inside the large one, and the published row choice can rest on similarities one float32 step apart)."""
+        prompt refresh) from the prompt alone, the picked response rows' q and k from those rows alone (in the
+        order they were picked), and their v the rows of the whole response's V product ``v_new`` (a small product
+        may round differently from the same rows inside the large one, and the published row choice can rest on
+        similarities one float32 step apart)."""
         p = self.prompt_length
         picked = selected[:, p:] if with_prompt else selected
         q, k, _ = block.qkv(h.gather(1, picked[..., None].expand(-1, -1, h.shape[-1])))
