@@ -126,6 +126,11 @@ class Policy(Protocol):
     def canvas_limit(self, state: Any) -> torch.Tensor | None:
         """[B] answer length the network sees per row; None = the whole canvas."""
 
+    def unsettled(self, state: Any, masked: torch.Tensor) -> torch.Tensor:
+        """[B, G] bool: answer positions a later step may still change (``masked``: the masks; a policy that edits
+        committed tokens adds those it may still rewrite): ``early_stop`` reads an answer as complete only up to
+        a settled stop token."""
+
     def dropout(self, gen_length: int, seed: int | Sequence[int], batch: int,
                 device: torch.device) -> SuffixSampler | None:
         """The suffix positions each forward drops (DPad); None = it sees the whole canvas."""
@@ -219,6 +224,9 @@ class PolicyBase:
 
     def canvas_limit(self, state: Any) -> torch.Tensor | None:
         return None
+
+    def unsettled(self, state: Any, masked: torch.Tensor) -> torch.Tensor:
+        return masked
 
     def dropout(self, gen_length: int, seed: int | Sequence[int], batch: int,
                 device: torch.device) -> SuffixSampler | None:

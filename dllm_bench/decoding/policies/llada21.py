@@ -177,6 +177,12 @@ class EditPolicy(PolicyBase):
         state.block += done.long()
         return state.block >= state.num_blocks
 
+    def unsettled(self, state: EditState, masked: torch.Tensor) -> torch.Tensor:
+        """The masks, and the current block's tokens (edits may still rewrite them until the block ends)."""
+        lo, _ = self.block(state)
+        j = torch.arange(masked.shape[1], device=masked.device).unsqueeze(0)
+        return masked | (j >= lo.unsqueeze(1))
+
     def finished(self, state: EditState, answer: torch.Tensor, masked: torch.Tensor, active: torch.Tensor,
                  stop_id: int | None) -> torch.Tensor:
         _, hi = self.block(state)
