@@ -87,3 +87,8 @@ def test_the_goldens_exercise_the_stop_and_minimal_topk():
     gen, samp = by[("generate", 0.95, 4, 1)], by[("sampler", 0.95, 4, 1)]
     assert any(g[2] < s[2] for g, s in zip(gen, samp, strict=True))
     assert {s["minimal_topk"] for s in GOLDEN["settings"]} > {1}  # minimal_topk caps the steps
+
+
+def test_stop_after_block_must_be_a_bool():
+    with pytest.raises(ValueError, match="stop_after_block"):
+        build_policy("block_diffusion", stop_after_block="yes")
