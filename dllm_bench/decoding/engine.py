@@ -208,7 +208,7 @@ def generate(
             now_masked = answer == mask_id
             finished = policy.finished(state, answer, now_masked, active, stop_id) & active
             if early_stop:
-                finished |= active & _answer_complete(answer, now_masked, stop_ids)
+                finished |= active & _answer_complete(answer, policy.unsettled(state, now_masked), stop_ids)
             finish_step = torch.where(finished, step, finish_step)
             active &= ~finished
             step += 1

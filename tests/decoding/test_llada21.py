@@ -1,6 +1,7 @@
-"""LLaDA2.1 editing (policy ``llada21``): goldens recorded by running ZHZisZZ/dllm's ``LLaDA21Sampler`` beside ours on
-a tiny random LLaDA2 checkpoint (``tests/fixtures/llada21_published.json``; how: its ``source`` field), the SGLang
-loop's post-step cap against a reference written here, accounting, bf16 and refusals."""
+"""LLaDA2.1 editing (policy ``llada21``): goldens recorded by running ZHZisZZ/dllm's ``LLaDA21Sampler`` and SGLang's
+``JointThreshold`` beside ours on the trained tiny LLaDA2 checkpoint (``tests/fixtures/llada21_published.json``; how:
+its ``source`` field), the SGLang loop's post-step cap against a reference written here on a random checkpoint,
+accounting, bf16 and refusals."""
 
 from __future__ import annotations
 
@@ -19,77 +20,117 @@ from dllm_bench.models.tiny_blocks import make_random_block_checkpoint
 
 from .conftest import prompts_for
 from .machine_goldens import NEAR_TIE, decision_margin, same_machine
-from .published_goldens import PUZZLES, answer_hash
+from .published_goldens import PUZZLES, ROOT, answer_hash, puzzle_prompts, tiny_model
 from .spec_kwargs import spec_generate
 
-ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = "llada21_published.json"
 GOLDEN = json.loads((ROOT / "tests" / "fixtures" / FIXTURE).read_text())
-DEFAULT_PUZZLES = 6
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+DEFAULT_PUZZLES = 2
+DEFAULT_SETTINGS = (1,)  # the dllm preset ending after the EOS block (the SGLang loop: _sglang_reference)
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory) -> Path:
-    path = make_random_block_checkpoint(tmp_path_factory.mktemp("llada21") / "llada2", "llada2", seed=GOLDEN["seed"],
-                                        init_std=GOLDEN["init_std"])
-    sd = load_file(str(path / "model.safetensors"))
+def trained():
+    sd = load_file(str(ROOT / GOLDEN["checkpoint"] / "model.safetensors"))
     h = hashlib.sha256()
     for k in sorted(sd):
         h.update(k.encode())
         h.update(sd[k].contiguous().view(torch.uint8).numpy().tobytes())
     assert h.hexdigest() == GOLDEN["weights_sha256"], "the tiny LLaDA2 weights changed: re-record the goldens"
-    return path
+    return tiny_model("llada2", torch.float32)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    """A random LLaDA2 checkpoint whose top-1 probabilities spread over (0, 1) (init std 4.0), for the loop checks."""
+    return make_random_block_checkpoint(tmp_path_factory.mktemp("llada21") / "llada2", "llada2", seed=0, init_std=4.0)
 
 
 def _prompts(model) -> dict[str, list[int]]:
-    """The fixture's prompts: the first ``prompt_length`` ids of each puzzle's text (a whole number of blocks)."""
+    """The first 8 ids of each puzzle's text (two blocks of 4) under the random checkpoint's tokenizer."""
     rows = [json.loads(line) for line in PUZZLES.read_text().splitlines()]
-    n = GOLDEN["prompt_length"]
-    return {r["sample_id"]: model.tokenizer.encode(r["puzzle"], add_special_tokens=False)[:n] for r in rows}
+    return {r["sample_id"]: model.tokenizer.encode(r["puzzle"], add_special_tokens=False)[:8] for r in rows}
 
 
 def _policy(setting: dict):
     return build_policy("llada21", threshold=setting["threshold"], edit_threshold=setting["edit_threshold"],
-                        max_post_steps=setting["max_post_steps"], min_commit=setting["min_commit"])
+                        max_post_steps=setting["max_post_steps"], min_commit=setting["min_commit"],
+                        loop=setting["loop"], stop_after_block=setting["stop"])
 
 
-def _case(i: int, setting: dict, full: bool):
-    label = (f"{setting['dtype']}-t{setting['threshold']}-e{setting['edit_threshold']}-post{setting['max_post_steps']}"
-             f"-k{setting['min_commit']}")
-    return pytest.param(i, full, id=label + ("-all" if full else ""), marks=[pytest.mark.exhaustive] if full else [])
+def _label(setting: dict) -> str:
+    return (f"{setting['loop']}-t{setting['threshold']}-e{setting['edit_threshold']}-post{setting['max_post_steps']}"
+            f"-k{setting['min_commit']}" + ("-stop" if setting["stop"] else ""))
 
 
-@pytest.mark.parametrize(("index", "full"), [_case(i, s, f) for i, s in enumerate(GOLDEN["settings"])
-                                             for f in (False, True)])
-def test_llada21_decodes_as_the_published_sampler(checkpoint, index, full):
-    """Answer, forwards and edits per puzzle, the batch decoded at once (the published sampler runs each alone).
+def _cases():
+    for i, setting in enumerate(GOLDEN["settings"]):
+        if i in DEFAULT_SETTINGS:
+            yield pytest.param(i, False, id=_label(setting))
+        yield pytest.param(i, True, id=_label(setting) + "-all", marks=pytest.mark.exhaustive)
+
+
+def blocks_run(tokens: list[int], offset: int, block_length: int, stop: int | None) -> int:
+    """Grid blocks a decode ran: up to the block of its first ``stop`` (None: every block of the answer)."""
+    last = tokens.index(stop) if stop is not None and stop in tokens else len(tokens) - 1
+    return (offset + last) // block_length + 1
+
+
+@pytest.mark.parametrize(("index", "full"), list(_cases()))
+def test_llada21_decodes_as_the_published_loops(trained, index, full):
+    """Answer, forwards and edits per puzzle, the batch decoded at once (the published loops run each alone); the
+    SGLang loop runs one more forward per block (it persists the block's KV; we keep none: docs/differences.md).
     Off the recording machine only rows away from near-ties in their commit decisions are compared."""
     setting = GOLDEN["settings"][index]
     rows = setting["puzzles"] if full else setting["puzzles"][:DEFAULT_PUZZLES]
-    model = load_model(checkpoint, device="cpu", dtype=DTYPES[setting["dtype"]])
-    prompts = _prompts(model)
-    out = spec_generate(model, torch.tensor([prompts[sid] for sid, *_ in rows]), None,
-                        gen_length=GOLDEN["gen_length"], block_length=setting["block_length"],
-                        policy=_policy(setting), confidence_precision="float32", trace=True)
+    G, L, eos = GOLDEN["gen_length"], GOLDEN["block_length"], GOLDEN["eos_id"]
+    prompts = [puzzle_prompts("llada2")[sid] for sid, *_ in rows]
+    out = spec_generate(trained, torch.tensor(prompts), None, gen_length=G, block_length=L, policy=_policy(setting),
+                        confidence_precision="float32", stop_token_ids=(eos,), trace=True)
     exact = same_machine(FIXTURE)
     compared = 0
-    for b, (sid, digest, nfe, edits) in enumerate(rows):
+    for b, (sid, digest, nfe, edits, blocks) in enumerate(rows):
         if not exact and decision_margin(out.records[b].trace, setting["threshold"], probabilities=True) < NEAR_TIE:
             continue
         compared += 1
-        got = (answer_hash(out.tokens[b].tolist()), out.records[b].nfe, out.records[b].edits)
+        tokens = out.tokens[b].tolist()
+        stop = eos if setting["stop"] else None
+        if stop is not None and stop in tokens:
+            tokens = tokens[:tokens.index(stop) + 1]
+        kv_forwards = blocks_run(tokens, len(prompts[b]) % L, L, stop) if setting["loop"] == "sglang" else 0
+        assert kv_forwards == blocks
+        got = (answer_hash(tokens), out.records[b].nfe + kv_forwards, out.records[b].edits)
         assert (sid, *got) == (sid, digest, nfe, edits)
     assert compared >= len(rows) // 2
 
 
-def test_the_goldens_exercise_edits_and_the_post_step_cap():
-    """Every setting rewrites committed tokens in some puzzle, and some decode runs into its post-step cap (more
-    forwards than a block's masks and one settling step per block need)."""
+def test_the_goldens_exercise_edits_the_post_step_cap_and_the_stop():
+    """Every setting rewrites committed tokens in some puzzle; some decode runs into its post-step cap (more
+    forwards than the answer's masks and one settling step per block need, the SGLang loop's KV forwards
+    aside); both loops run with and without the stop after the EOS block, and nearly every decode is kept."""
+    G, L = GOLDEN["gen_length"], GOLDEN["block_length"]
+    offset = len(next(iter(puzzle_prompts("llada2").values()))) % L
+    settle = G + blocks_run([0] * G, offset, L, None)  # each mask its own step, then one post step per block
     for setting in GOLDEN["settings"]:
-        assert max(edits for *_, edits in setting["puzzles"]) > 0
-    blocks = GOLDEN["gen_length"] // 4
-    assert any(nfe > GOLDEN["gen_length"] + blocks for s in GOLDEN["settings"] for _, _, nfe, _ in s["puzzles"])
+        assert max(edits for *_, edits, _ in setting["puzzles"]) > 0
+        assert len(setting["puzzles"]) >= 100 - 5
+    assert any(nfe - blocks > settle for s in GOLDEN["settings"] for _, _, nfe, _, blocks in s["puzzles"])
+    assert {(s["loop"], s["stop"]) for s in GOLDEN["settings"]} == {(a, b) for a in ("dllm", "sglang")
+                                                                    for b in (False, True)}
+
+
+def test_early_stop_waits_for_the_block_to_settle(trained):
+    """With edits a committed stop token may still be rewritten until its block ends: ``early_stop`` on the EOS
+    alone ends a row exactly where ``stop_after_block`` does (same answer, same forwards)."""
+    eos = GOLDEN["eos_id"]
+    prompts = torch.tensor(list(puzzle_prompts("llada2").values())[:2])
+    runs = [spec_generate(trained, prompts, None, gen_length=GOLDEN["gen_length"], block_length=GOLDEN["block_length"],
+                          policy=build_policy("llada21", preset="dllm", stop_after_block=after), early_stop=not after,
+                          confidence_precision="float32", stop_token_ids=(eos,)) for after in (False, True)]
+    assert torch.equal(runs[0].tokens, runs[1].tokens)
+    assert [r.nfe for r in runs[0].records] == [r.nfe for r in runs[1].records]
+    whole = [row[2] for row in GOLDEN["settings"][0]["puzzles"][:2]]  # the same preset decoding every block
+    assert any(r.nfe < n for r, n in zip(runs[0].records, whole, strict=True))
 
 
 def _sglang_reference(model, prompt: list[int], G: int, L: int, threshold: float, edit: float, cap: int
@@ -180,6 +221,7 @@ def test_refused_combinations(cache, rule, needle):
 
 
 @pytest.mark.parametrize(("params", "needle"), [({"threshold": 1.5}, "threshold must be"),
+                                                ({"stop_after_block": 1}, "stop_after_block"),
                                                 ({"max_post_steps": -1}, "max_post_steps"),
                                                 ({"min_commit": 0}, "min_commit"),
                                                 ({"loop": "vllm"}, "loop must be"),

@@ -42,6 +42,31 @@ def blocked_bounds(state: Any) -> tuple[torch.Tensor, torch.Tensor]:
     return lo, lo + state.block_length
 
 
+def grid_offset(prompt_mask: torch.Tensor, block_length: int, config: Any) -> torch.Tensor:
+    """[B] answer position 0's place in its block of the absolute grid (the row's real prompt length mod
+    ``block_length``); refuses a block length other than the size of the model's block-causal attention."""
+    size = getattr(config, "block_size", 0)
+    if getattr(config, "attention", "full") == "block_causal" and size and block_length != size:
+        raise ValueError(f"block_length {block_length} differs from the model's block_size {size} (its block-causal "
+                         "attention runs at that size)")
+    return prompt_mask.sum(dim=1).to(torch.long) % block_length
+
+
+def grid_bounds(block: torch.Tensor, block_length: int, offset: torch.Tensor, gen_length: int
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Answer span [lo, hi) of grid block ``block`` [B] (answer position 0 at ``offset`` [B] in block 0), clipped to
+    the answer."""
+    lo = (block * block_length - offset).clamp(0, gen_length)
+    return lo, ((block + 1) * block_length - offset).clamp(0, gen_length)
+
+
+def stop_in_finished_block(answer: torch.Tensor, hi: torch.Tensor, finished: torch.Tensor, stop_id: int) -> torch.Tensor:
+    """[B] bool: rows whose block just ``finished`` leaves ``stop_id`` in the answer before ``hi`` (LLaDA2.0's
+    ``generate`` and the LLaDA2.1 sampler end a decode there)."""
+    j = torch.arange(answer.shape[1], device=answer.device).unsqueeze(0)
+    return finished & ((answer == stop_id) & (j < hi.unsqueeze(1))).any(dim=1)
+
+
 def refuse_shifted_logits(policy: str, config: Any) -> None:
     """A policy that rewrites a token from the prediction at its own position needs unshifted logits (LLaDA's)."""
     if getattr(config, "shift_logits", False):
@@ -100,6 +125,11 @@ class Policy(Protocol):
 
     def canvas_limit(self, state: Any) -> torch.Tensor | None:
         """[B] answer length the network sees per row; None = the whole canvas."""
+
+    def unsettled(self, state: Any, masked: torch.Tensor) -> torch.Tensor:
+        """[B, G] bool: answer positions a later step may still change (``masked``: the masks; a policy that edits
+        committed tokens adds those it may still rewrite): ``early_stop`` reads an answer as complete only up to
+        a settled stop token."""
 
     def dropout(self, gen_length: int, seed: int | Sequence[int], batch: int,
                 device: torch.device) -> SuffixSampler | None:
@@ -197,6 +227,9 @@ class PolicyBase:
 
     def canvas_limit(self, state: Any) -> torch.Tensor | None:
         return None
+
+    def unsettled(self, state: Any, masked: torch.Tensor) -> torch.Tensor:
+        return masked
 
     def dropout(self, gen_length: int, seed: int | Sequence[int], batch: int,
                 device: torch.device) -> SuffixSampler | None:

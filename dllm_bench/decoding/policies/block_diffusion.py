@@ -14,6 +14,9 @@ Commit rule: the configured one, or with ``rule=none`` the policy's own: without
 of the sub-block with p > threshold and at least the most confident (Fast-dLLM v2); with ``steps`` (per block) every
 candidate above the threshold if they are at least the scheduled count k (block_length / steps, the remainder first), else
 the k most confident (SDAR's ``low_confidence_dynamic``, LLaDA2.0's threshold with ``minimal_topk``).
+
+``stop_after_block``: a row ends after the block that leaves a stop token in its answer (LLaDA2.0's ``generate``
+always does).
 """
 
 from __future__ import annotations
@@ -27,7 +30,13 @@ import torch
 
 from dllm_bench.decoding.commit_masks import prefix_commit_mask, sort_candidates
 from dllm_bench.decoding.forward import ForwardResult
-from dllm_bench.decoding.policies.base import PolicyBase, is_positive_int, register, span_mask
+from dllm_bench.decoding.policies.base import (
+    PolicyBase,
+    is_positive_int,
+    register,
+    span_mask,
+    stop_in_finished_block,
+)
 from dllm_bench.decoding.rules.base import StepContext, rule_tokens
 from dllm_bench.decoding.schedules import llada_transfer_counts
 from dllm_bench.models.cache import CommittedBlockCache
@@ -39,7 +48,7 @@ KV_CACHES = ("committed", "none")
 PRESETS: dict[str, dict[str, Any]] = {
     "fast_dllm_v2": {"sub_block": 8, "threshold": 0.95},
     "sdar": {"steps": 4, "threshold": 0.9},
-    "llada2": {"steps": 32, "threshold": 0.95, "kv_cache": "none"},
+    "llada2": {"steps": 32, "threshold": 0.95, "kv_cache": "none", "stop_after_block": True},
 }
 
 
@@ -71,6 +80,7 @@ class BlockDiffusionPolicy(PolicyBase):
     steps: int | None = None
     threshold: float = 0.9
     kv_cache: str = "committed"
+    stop_after_block: bool = False
     name: ClassVar[str] = "block_diffusion"
     presets: ClassVar[Mapping[str, Mapping[str, Any]]] = PRESETS
     sync_budget: ClassVar[int] = 4  # the engine's 3 and the candidates' count for the LM head
@@ -85,6 +95,11 @@ class BlockDiffusionPolicy(PolicyBase):
             raise ValueError(f"{self.name} threshold must be in [0, 1], got {self.threshold!r}")
         if self.kv_cache not in KV_CACHES:
             raise ValueError(f"{self.name} kv_cache must be one of {', '.join(KV_CACHES)}, got {self.kv_cache!r}")
+        if not isinstance(self.stop_after_block, bool):
+            raise ValueError(f"{self.name} stop_after_block must be true or false, got {self.stop_after_block!r}")
+
+    def ends_rows_early(self) -> str | None:
+        return f"{self.name} stop_after_block" if self.stop_after_block else None
 
     def refuse_rule(self, rule: Any) -> str | None:
         if rule is None:
@@ -203,6 +218,15 @@ class BlockDiffusionPolicy(PolicyBase):
         first_masked = torch.where(masked & span_mask(lo, hi, G), j, G).min(dim=1).values
         state.sub = torch.where(first_masked < G, first_masked - grid_lo, lo - grid_lo) // sl
         return full & last
+
+    def finished(self, state: BlockDiffusionState, answer: torch.Tensor, masked: torch.Tensor, active: torch.Tensor,
+                 stop_id: int | None) -> torch.Tensor:
+        _, hi = self.block(state)
+        before = state.block.clone()
+        done = self.advance(state, masked, active)
+        if self.stop_after_block and stop_id is not None:
+            done |= active & stop_in_finished_block(answer, hi, state.block != before, stop_id)
+        return done
 
     # ------------------------------------------------------------------ forwards
 

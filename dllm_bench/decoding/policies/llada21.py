@@ -1,6 +1,8 @@
 """LLaDA2.1's editing decoder (ZHZisZZ/dllm ``pipelines/llada21/sampler.py``; SGLang's ``JointThreshold``): blocks
 that commit masks by a threshold (mask to token) and rewrite committed tokens whose prediction changed with a
-probability above an edit threshold (token to token), with edit-only steps after a block is full."""
+probability above an edit threshold (token to token), with edit-only steps after a block is full. Blocks lie on the
+absolute grid, as in both published loops: they tile the row from its first prompt token, the prompt's last partial
+block completed first."""
 
 from __future__ import annotations
 
@@ -13,9 +15,11 @@ import torch
 from dllm_bench.decoding.commit_masks import topk_commit_mask
 from dllm_bench.decoding.policies.base import (
     PolicyBase,
-    blocked_bounds,
+    grid_bounds,
+    grid_offset,
     register,
     span_mask,
+    stop_in_finished_block,
 )
 from dllm_bench.decoding.rules.base import StepContext, rule_tokens
 
@@ -29,8 +33,10 @@ class EditState:
     """Per-row progress of ``EditPolicy`` ([B] tensors) and what the step saw."""
 
     block_length: int
-    num_blocks: int
-    block: torch.Tensor  # long: index of the current block
+    gen_length: int
+    block: torch.Tensor  # long: grid block index, counted from the block holding answer position 0
+    offset: torch.Tensor  # long: answer position 0's place in its block (real prompt length mod block_length)
+    num_blocks: torch.Tensor  # long: grid blocks the answer spans
     post_steps: torch.Tensor  # long: steps of the current block that began with no mask in it
     had_mask: torch.Tensor  # bool: the step began with a mask in the block (set by ``decide``)
     edited: torch.Tensor  # bool: the step rewrote a committed token (set by ``revise``)
@@ -60,7 +66,8 @@ class EditPolicy(PolicyBase):
     committed before the step (never a prompt token) whose argmax now differs with probability >
     ``edit_threshold``. A step that begins with the block full is a post step: the block ends after a post step
     that edits nothing, or when its post steps exceed ``max_post_steps`` (``loop`` says where that cap is
-    checked; see ``LOOPS``).
+    checked; see ``LOOPS``). ``stop_after_block``: a row ends after the block that leaves a stop token in its
+    answer (the dllm sampler's ``eos_early_stop``).
     """
 
     threshold: float = 0.95
@@ -68,11 +75,13 @@ class EditPolicy(PolicyBase):
     max_post_steps: int = 16
     min_commit: int = 1
     loop: str = "dllm"
+    stop_after_block: bool = False
     name: ClassVar[str] = "llada21"
     presets: ClassVar[Mapping[str, Mapping[str, Any]]] = EDIT_PRESETS
     flavours: ClassVar[tuple[str, ...]] = ("llada",)
     measure: ClassVar[str] = "top1_prob"
     unshifted_logits: ClassVar[bool] = True
+    blocks_from_answer: ClassVar[bool] = False
 
     def check(self) -> None:
         _probability("threshold", self.threshold)
@@ -83,6 +92,11 @@ class EditPolicy(PolicyBase):
             raise ValueError(f"llada21 min_commit must be an integer >= 1, got {self.min_commit!r}")
         if self.loop not in LOOPS:
             raise ValueError(f"llada21 loop must be one of {', '.join(LOOPS)}, got {self.loop!r}")
+        if not isinstance(self.stop_after_block, bool):
+            raise ValueError(f"llada21 stop_after_block must be true or false, got {self.stop_after_block!r}")
+
+    def ends_rows_early(self) -> str | None:
+        return "llada21 stop_after_block" if self.stop_after_block else None
 
     def refuse_rule(self, rule: Any) -> str | None:
         if rule is not None and not rule.adaptive:
@@ -102,11 +116,16 @@ class EditPolicy(PolicyBase):
     def init_state(self, batch: int, gen_length: int, block_length: int, device: torch.device) -> EditState:
         z = torch.zeros(batch, dtype=torch.long, device=device)
         no = torch.zeros(batch, dtype=torch.bool, device=device)
-        return EditState(block_length, gen_length // block_length, block=z, post_steps=z.clone(), had_mask=no,
-                         edited=no.clone())
+        return EditState(block_length, gen_length, block=z, offset=z.clone(),
+                         num_blocks=torch.full_like(z, -(-gen_length // block_length)), post_steps=z.clone(),
+                         had_mask=no, edited=no.clone())
+
+    def place_prompt(self, state: EditState, prompt_mask: torch.Tensor, config: Any) -> None:
+        state.offset = grid_offset(prompt_mask, state.block_length, config)
+        state.num_blocks = (state.offset + state.gen_length + state.block_length - 1) // state.block_length
 
     def block(self, state: EditState) -> tuple[torch.Tensor, torch.Tensor]:
-        return blocked_bounds(state)
+        return grid_bounds(state.block, state.block_length, state.offset, state.gen_length)
 
     def read(self, state: EditState, read: torch.Tensor, masked: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
         lo, hi = self.block(state)
@@ -154,3 +173,18 @@ class EditPolicy(PolicyBase):
         state.post_steps = torch.where(done, 0, post)
         state.block += done.long()
         return state.block >= state.num_blocks
+
+    def unsettled(self, state: EditState, masked: torch.Tensor) -> torch.Tensor:
+        """The masks, and the current block's tokens (edits may still rewrite them until the block ends)."""
+        lo, _ = self.block(state)
+        j = torch.arange(masked.shape[1], device=masked.device).unsqueeze(0)
+        return masked | (j >= lo.unsqueeze(1))
+
+    def finished(self, state: EditState, answer: torch.Tensor, masked: torch.Tensor, active: torch.Tensor,
+                 stop_id: int | None) -> torch.Tensor:
+        _, hi = self.block(state)
+        before = state.block.clone()
+        done = self.advance(state, masked, active)
+        if self.stop_after_block and stop_id is not None:
+            done |= active & stop_in_finished_block(answer, hi, state.block != before, stop_id)
+        return done
