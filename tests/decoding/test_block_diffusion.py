@@ -234,6 +234,8 @@ def test_a_fixed_count_rule_runs_with_steps_and_an_adaptive_one_refuses_them():
     (dict(steps=0), "steps must be an integer >= 1 or None, got 0"),
     (dict(threshold=1.5), "threshold must be in \\[0, 1\\], got 1.5"),
     (dict(kv_cache="dual"), "kv_cache must be one of committed, none, got 'dual'"),
+    (dict(sdar_topk=True), "sdar_topk is SDAR's scheduled top-k: it needs steps \\(per block\\), got steps=None"),
+    (dict(steps=2, sdar_topk="yes"), "parameter sdar_topk='yes' must be bool"),
 ])
 def test_bad_parameters_are_refused_in_one_line(bad, match):
     with pytest.raises(ValueError, match=match) as err:
@@ -247,12 +249,15 @@ def test_combinations_it_cannot_run_are_refused_in_one_line():
     pol = build_policy("block_diffusion", sub_block=3)
     with pytest.raises(ValueError, match="block_length 4 is not a multiple of block_diffusion sub_block 3"):
         DecodeSpec(Decoding(8, 4, pol))
+    with pytest.raises(ValueError, match="with sdar_topk commits by SDAR's own rule: run it with rule=none, got 'topk'"):
+        DecodeSpec(Decoding(8, 4, build_policy("block_diffusion", steps=2, sdar_topk=True), build_rule("topk")))
     with pytest.raises(ValueError, match="keeps its own K/V .* got cache='prefix'"):
         DecodeSpec(Decoding(8, 4, build_policy("block_diffusion"), build_rule("threshold"), build_cache("prefix")))
 
 
 @pytest.mark.parametrize("name,policy", [("random_fast_dllm_v2", dict(sub_block=2, threshold=0.9)),
-                                         ("random_sdar", dict(steps=4)), ("random_llada2", dict(steps=2, kv_cache="none"))])
+                                         ("random_sdar", dict(steps=4)), ("random_sdar", dict(steps=2, sdar_topk=True)),
+                                         ("random_llada2", dict(steps=2, kv_cache="none"))])
 def test_bf16_decodes_every_position(name, policy):
     model = _model(RANDOM / name, torch.bfloat16)
     spec = DecodeSpec(Decoding(12, 4, build_policy("block_diffusion", **policy)))

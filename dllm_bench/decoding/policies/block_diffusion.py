@@ -91,8 +91,6 @@ class BlockDiffusionPolicy(PolicyBase):
             raise ValueError(f"{self.name} threshold must be in [0, 1], got {self.threshold!r}")
         if self.kv_cache not in KV_CACHES:
             raise ValueError(f"{self.name} kv_cache must be one of {', '.join(KV_CACHES)}, got {self.kv_cache!r}")
-        if not isinstance(self.sdar_topk, bool):
-            raise ValueError(f"{self.name} sdar_topk must be true or false, got {self.sdar_topk!r}")
         if self.sdar_topk and self.steps is None:
             raise ValueError(f"{self.name} sdar_topk is SDAR's scheduled top-k: it needs steps (per block), got "
                              "steps=None")
