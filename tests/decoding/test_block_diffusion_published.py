@@ -53,10 +53,13 @@ def _model(method: str):
 
 
 @cache
-def _prompts(method: str) -> dict[str, list[int]]:
-    tokenizer = _model(method).tokenizer
-    rows = [json.loads(line) for line in PUZZLES.read_text().splitlines()]
-    return {r["sample_id"]: prompt_ids(tokenizer, r["puzzle"]) for r in rows}
+def _puzzles() -> dict[str, str]:
+    return {r["sample_id"]: r["puzzle"] for r in map(json.loads, PUZZLES.read_text().splitlines())}
+
+
+@cache
+def _prompt(method: str, sample_id: str) -> list[int]:
+    return prompt_ids(_model(method).tokenizer, _puzzles()[sample_id])
 
 
 def _answer_length(method: str, setting: dict, prompt_length: int) -> int:
@@ -67,12 +70,12 @@ def _answer_length(method: str, setting: dict, prompt_length: int) -> int:
     return -(-(prompt_length + setting["gen_length"]) // bs) * bs - prompt_length  # the block holding prompt + gen
 
 
-def _spec(method: str, setting: dict, G: int) -> DecodeSpec:
+def _spec(method: str, setting: dict, G: int, trace: bool = False) -> DecodeSpec:
     if method == "fast_dllm_v2":
         policy = build_policy("block_diffusion", sub_block=setting["sub_block"], threshold=setting["tau"])
     else:
         policy = build_policy("block_diffusion", steps=setting["steps"], threshold=setting["tau"], sdar_topk=True)
-    return DecodeSpec(Decoding(G, setting["block_length"], policy, early_stop=True), accounting=Accounting(trace=True),
+    return DecodeSpec(Decoding(G, setting["block_length"], policy, early_stop=True), accounting=Accounting(trace=trace),
                       token_ids=TokenIds(stop=(STOP,)))
 
 
@@ -99,10 +102,10 @@ def test_decodes_as_the_published_loop_on_the_trained_checkpoint(method, index, 
     here = same_machine(FIXTURES[method])
     model, compared = _model(method), 0
     for sample_id, want, calls in rows:
-        prompt = _prompts(method)[sample_id]
+        prompt = _prompt(method, sample_id)
         G = _answer_length(method, setting, len(prompt))
         with torch.no_grad():
-            out = generate(model, torch.tensor([prompt]), None, _spec(method, setting, G))
+            out = generate(model, torch.tensor([prompt]), None, _spec(method, setting, G, trace=not here))
         if not here and decision_margin(out.records[0].trace, setting["tau"], probabilities=True) < NEAR_TIE:
             continue  # a near-tie another machine may round the other way
         compared += 1
@@ -119,7 +122,7 @@ def test_sdar_topk_is_the_published_rule_where_fewer_masks_than_k_are_left():
     setting = _golden("sdar")["settings"][1]
     assert (setting["block_length"], setting["steps"]) == (4, 2)
     sample_id, want, _ = setting["puzzles"][0]
-    prompt = _prompts("sdar")[sample_id]
+    prompt = _prompt("sdar", sample_id)
     G = _answer_length("sdar", setting, len(prompt))
     spec = _spec("sdar", setting, G)
     plain = DecodeSpec(Decoding(G, 4, build_policy("block_diffusion", steps=2, threshold=setting["tau"]),
@@ -135,7 +138,7 @@ def test_sdar_topk_decodes_a_batch_row_as_alone():
     """Rows of a batch pick their rewritten positions with their own k, as the published per-row top-k."""
     setting = _golden("sdar")["settings"][2]
     ids = [row[0] for row in setting["puzzles"][:2]]
-    prompts = torch.tensor([_prompts("sdar")[s] for s in ids])
+    prompts = torch.tensor([_prompt("sdar", s) for s in ids])
     spec = _spec("sdar", setting, _answer_length("sdar", setting, prompts.shape[1]))
     with torch.no_grad():
         together = generate(_model("sdar"), prompts, None, spec)
@@ -163,10 +166,10 @@ def test_fast_dllm_v2_batches_decode_as_its_batch_sample(index, full):
     here = same_machine(FIXTURES["fast_dllm_v2"])
     model, compared = _model("fast_dllm_v2"), 0
     for group in groups:
-        prompts = torch.tensor([_prompts("fast_dllm_v2")[sample_id] for sample_id, _, _ in group])
+        prompts = torch.tensor([_prompt("fast_dllm_v2", sample_id) for sample_id, _, _ in group])
         G = _answer_length("fast_dllm_v2", setting, prompts.shape[1])
         with torch.no_grad():
-            out = generate(model, prompts, None, _spec("fast_dllm_v2", setting, G))
+            out = generate(model, prompts, None, _spec("fast_dllm_v2", setting, G, trace=not here))
         for i, (sample_id, want, calls) in enumerate(group):
             if not here and decision_margin(out.records[i].trace, setting["tau"], probabilities=True) < NEAR_TIE:
                 continue
