@@ -102,6 +102,7 @@ SWITCHES = [
                                                                  ("eos_stop", True)]],
     *[(["policy=fast_dllm_v2"], f"policy.{k}", v, 0) for k, v in [
         ("sub_block", 4), ("steps", 8), ("threshold", 0.5), ("kv_cache", "none")]],
+    (["policy=sdar"], "policy.sdar_topk", True, 0),
     (["policy=wino"], "policy.threshold_back", 0.95, 0),
     (["rule=klass"], "rule.threshold", 0.9, 1),
     (["rule=klass"], "rule.kl_threshold", 0.01, 1),

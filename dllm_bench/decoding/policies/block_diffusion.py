@@ -1,6 +1,8 @@
 """Block diffusion on the absolute block grid (Fast-dLLM v2, SDAR, LLaDA2.0): the answer is decoded block by block,
 blocks tiling the row's positions 0, B, 2B, ... from its first prompt token (the prompt's last partial block is
-completed first); inside a block, sub-block by sub-block (Fast-dLLM v2's sub-blocks of 8).
+completed first); inside a block, sub-block by sub-block (Fast-dLLM v2's sub-blocks of 8). A block-causal model
+attends on the decoder's blocks (``block_length``), whatever block size it was trained at, as the published loops
+build their masks from theirs.
 
 Storage (``kv_cache``): ``committed`` keeps the K/V of finished blocks (:class:`~dllm_bench.models.cache.
 CommittedBlockCache`): a block with no masks left is written by one extra forward over it (SDAR's ``store_kv``,
@@ -42,7 +44,7 @@ from dllm_bench.decoding.schedules import llada_transfer_counts
 from dllm_bench.models.cache import CommittedBlockCache
 
 KV_CACHES = ("committed", "none")
-# the published loops' settings (conf/policy/<name>.yaml; block_length = the model's block size, 32 for Fast-dLLM v2
+# the published loops' settings (conf/policy/<name>.yaml; block_length = the model's trained block size, 32 for Fast-dLLM v2
 # and LLaDA2.0, 4 in SDAR's README): Fast-dLLM v2's batch_sample (sub-blocks of 8, tau 0.95), SDAR's README
 # (steps 4, tau 0.9), LLaDA2.0's generate (steps 32, threshold 0.95, no K/V cache)
 PRESETS: dict[str, dict[str, Any]] = {
@@ -67,6 +69,7 @@ class BlockDiffusionState:
     commit_counts: torch.Tensor | None = None  # [steps] scheduled count per denoising step of a block
     offsets: list[int] = field(default_factory=list)  # ``offset`` on the host
     shift: bool = False  # the model's logits predict the next token (the store forward gives a block's first token)
+    attention_blocks: dict[str, int] = field(default_factory=dict)  # block_size for a block-causal model's forwards
     # committed-block storages, each with the global rows it holds in its order: rows at one committed end
     cohorts: list[tuple[CommittedBlockCache, list[int]]] = field(default_factory=list)
 
@@ -81,6 +84,9 @@ class BlockDiffusionPolicy(PolicyBase):
     threshold: float = 0.9
     kv_cache: str = "committed"
     stop_after_block: bool = False
+    # SDAR's low_confidence_dynamic as published: with fewer masks left in the block than the step's count k, its
+    # top-k over the whole block also takes committed positions and rewrites them with their prediction
+    sdar_topk: bool = False
     name: ClassVar[str] = "block_diffusion"
     presets: ClassVar[Mapping[str, Mapping[str, Any]]] = PRESETS
     sync_budget: ClassVar[int] = 4  # the engine's 3 and the candidates' count for the LM head
@@ -97,6 +103,9 @@ class BlockDiffusionPolicy(PolicyBase):
             raise ValueError(f"{self.name} kv_cache must be one of {', '.join(KV_CACHES)}, got {self.kv_cache!r}")
         if not isinstance(self.stop_after_block, bool):
             raise ValueError(f"{self.name} stop_after_block must be true or false, got {self.stop_after_block!r}")
+        if self.sdar_topk and self.steps is None:
+            raise ValueError(f"{self.name} sdar_topk is SDAR's scheduled top-k: it needs steps (per block), got "
+                             "steps=None")
 
     def ends_rows_early(self) -> str | None:
         return f"{self.name} stop_after_block" if self.stop_after_block else None
@@ -112,6 +121,8 @@ class BlockDiffusionPolicy(PolicyBase):
                     f"got steps=None")
         if rule.plans:
             return f"rule {rule.name!r} plans its order over the whole canvas: policy {self.name!r} decodes by blocks"
+        if self.sdar_topk:
+            return f"policy {self.name!r} with sdar_topk commits by SDAR's own rule: run it with rule=none, got {rule.name!r}"
         return None
 
     def refuse_lengths(self, gen_length: int, block_length: int) -> str | None:
@@ -143,10 +154,10 @@ class BlockDiffusionPolicy(PolicyBase):
 
     def place_prompt(self, state: BlockDiffusionState, prompt_mask: torch.Tensor, config: Any) -> None:
         bs = state.block_length
-        size = getattr(config, "block_size", 0)
-        if getattr(config, "attention", "full") == "block_causal" and size and bs != size:
-            raise ValueError(f"block_length {bs} differs from the model's block_size {size} (its block-causal "
-                             "attention runs at that size)")
+        if getattr(config, "attention", "full") == "block_causal":
+            # attention at the decoder's blocks, as the published loops build their masks from block_length (a
+            # model trained at block_size 4 runs at 8 there too)
+            state.attention_blocks = {"block_size": bs}
         state.offset = prompt_mask.sum(dim=1).to(torch.long) % bs
         state.sub = state.offset // state.sub_length
         state.shift = bool(getattr(config, "shift_logits", False))
@@ -200,6 +211,39 @@ class BlockDiffusionPolicy(PolicyBase):
         _, order, _ = sort_candidates(conf, cand)
         return prefix_commit_mask(order, count) & cand
 
+    def read(self, state: BlockDiffusionState, read: torch.Tensor, masked: torch.Tensor,
+             active: torch.Tensor) -> torch.Tensor:
+        if not self.sdar_topk:
+            return read
+        lo, hi = self.block(state)  # SDAR's top-k may pick a committed position of the block: its prediction too
+        return read | (span_mask(lo, hi, read.shape[1]) & (active & ~state.storing).unsqueeze(1))
+
+    def revise(self, state: BlockDiffusionState, ctx: StepContext, answer: torch.Tensor, active: torch.Tensor,
+               mask_id: int) -> torch.Tensor | None:
+        """``sdar_topk``: where fewer masks than the step's scheduled k were left, the published ``topk(k)`` over
+        the block's confidences (-inf off the masks) also picks k - masks committed positions, in torch.topk's
+        order of equal values, and rewrites them with their prediction (a prompt position it picks is left
+        as is: there it would rewrite the prompt)."""
+        if not self.sdar_topk:
+            return None
+        bs, G = state.block_length, answer.shape[1]
+        k = state.commit_counts[state.step_in_block.clamp(max=self.steps - 1)]
+        grid = (state.block * bs - state.offset).unsqueeze(1) + torch.arange(bs, device=answer.device)  # [B, bs]
+        inside = (grid >= 0) & (grid < G)
+        at = grid.clamp(0, G - 1)
+        was_masked = ctx.masked.gather(1, at) & inside
+        short = active & ~state.storing & (was_masked.sum(dim=1) < k)
+        if not bool(short.any()):  # a host read, under this switch only
+            return torch.zeros_like(ctx.masked)
+        conf = torch.where(was_masked, ctx.read_confidence.gather(1, at), float("-inf"))
+        picked = torch.zeros_like(was_masked)
+        for b in short.nonzero().squeeze(1).tolist():  # the published loop's per-row topk, with its own k
+            picked[b, torch.topk(conf[b], int(k[b])).indices] = True
+        rewrite = picked & ~was_masked & inside & short.unsqueeze(1)
+        edit = torch.zeros_like(answer).scatter_add_(1, at, rewrite.to(answer.dtype)) > 0  # clamped indices repeat
+        answer.copy_(torch.where(edit, ctx.read_prediction, answer))
+        return edit
+
     def advance(self, state: BlockDiffusionState, masked: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
         G, bs, sl = state.gen_length, state.block_length, state.sub_length
         was_storing = state.storing & active
@@ -245,7 +289,7 @@ class BlockDiffusionPolicy(PolicyBase):
             ends = torch.tensor([P + view.block_hi[r] for r in view.rows], device=inp.device)
             keys = (torch.arange(end, device=inp.device).unsqueeze(0) < ends.unsqueeze(1)).long()
             logits = model(inp[:, :end], attention_mask=keys if mask is None else mask[:, :end] * keys,
-                           logits_at=(at[0], at[1] + P))
+                           logits_at=(at[0], at[1] + P), **state.attention_blocks)
             counted = runner.prompt_real.index_select(0, rows) + (end - P)
             return [ForwardResult(rows, logits, 0, False, counted, at)]
         return [self._cohort_forward(state, runner, x, cohort, view, read)
@@ -263,7 +307,8 @@ class BlockDiffusionPolicy(PolicyBase):
         if committed < grid_lo:  # write the finished block (or the prompt's full blocks) before going on
             storage.commit_next()
             logits = model(inp[:, committed:grid_lo], attention_mask=None if mask is None else mask[:, :grid_lo],
-                           cache=storage, start=committed, raw_logits=True, logits_range=(grid_lo - 1, grid_lo))
+                           cache=storage, start=committed, raw_logits=True, logits_range=(grid_lo - 1, grid_lo),
+                           **state.attention_blocks)
             counted = torch.full((rows.numel(),), grid_lo - committed, dtype=torch.long, device=rows.device)
             # the last state's logits stand at the next position (a shifted model's prediction of it)
             return ForwardResult(rows, logits, grid_lo, False, counted)
@@ -273,7 +318,7 @@ class BlockDiffusionPolicy(PolicyBase):
         sub_read[:, : max(committed - P, 0)] = False
         at = sub_read.nonzero(as_tuple=True)  # the step's one read: how many rows the LM head runs on
         logits = model(inp[:, committed:end], attention_mask=None if mask is None else mask[:, :end], cache=storage,
-                       start=committed, logits_at=(at[0], at[1] + P))
+                       start=committed, logits_at=(at[0], at[1] + P), **state.attention_blocks)
         shift = int(state.shift and committed > 0)
         counted = torch.full((rows.numel(),), end - committed + shift, dtype=torch.long, device=rows.device)
         return ForwardResult(rows, logits, 0, False, counted, at)
