@@ -11,6 +11,7 @@ from hydra import compose, initialize_config_dir
 from dllm_bench.decoding.config import builder_parameters
 from dllm_bench.runner.components import build_components
 from dllm_bench.runner.config import CONF_DIR
+from dllm_bench.runner.group_defaults import option_values
 from dllm_bench.runner.settings import (
     BACKENDS,
     GROUPS,
@@ -43,8 +44,8 @@ def test_top_level_and_model_keys_are_the_runner_settings():
                                                                             "policy", "backend", "tracking",
                                                                             "experiment", "hparams_search"]
     assert set(GROUPS) == {"model", "task", "cache", "rule", "policy"}
-    for path in group_files("model"):
-        assert set(values(path)) == set(setting_names(ModelSettings)), path
+    for path in group_files("model"):  # its own keys over ModelSettings' defaults node (runner/group_defaults)
+        assert set(option_values(path)) == set(setting_names(ModelSettings)), path
     assert sorted(p.stem for p in group_files("backend")) == sorted(BACKENDS)
     for path in group_files("backend"):  # local names itself only; a served backend sets every key
         wanted = {"name"} if path.stem == "local" else set(setting_names(BackendSettings))
@@ -103,6 +104,7 @@ SWITCHES = [
     *[(["policy=fast_dllm_v2"], f"policy.{k}", v, 0) for k, v in [
         ("sub_block", 4), ("steps", 8), ("threshold", 0.5), ("kv_cache", "none")]],
     (["policy=sdar"], "policy.sdar_topk", True, 0),
+    (["policy=llada21_dllm"], "policy.stop_after_block", True, 0),
     (["policy=wino"], "policy.threshold_back", 0.95, 0),
     (["rule=klass"], "rule.threshold", 0.9, 1),
     (["rule=klass"], "rule.kl_threshold", 0.01, 1),
