@@ -9,12 +9,24 @@ from functools import cache
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file
 
 from dllm_bench.models import load_model
 from dllm_bench.tiny.encoding import prompt_ids
 
 ROOT = Path(__file__).resolve().parents[2]
 PUZZLES = ROOT / "dllm_bench" / "tasks" / "sudoku_data" / "sudoku_test.jsonl"
+
+
+def weights_sha256(directory: Path) -> str:
+    """The digest of a checkpoint's tensors (names and raw bytes, sorted by name) that a golden records: the
+    weights it was recorded on."""
+    sd = load_file(str(Path(directory) / "model.safetensors"))
+    h = hashlib.sha256()
+    for k in sorted(sd):
+        h.update(k.encode())
+        h.update(sd[k].contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
 
 
 def answer_hash(tokens: list[int]) -> str:

@@ -13,14 +13,12 @@ written here runs each K/V mode and each schedule once by default, every pair of
 
 from __future__ import annotations
 
-import hashlib
 import json
 from functools import cache
 from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
 from dllm_bench.decoding import Accounting, DecodeSpec, Decoding, Sampling, build_policy, generate
 from dllm_bench.decoding.rules import build_rule
@@ -30,6 +28,7 @@ from dllm_bench.models.tiny_blocks import make_random_block_checkpoint
 from dllm_bench.tiny.encoding import prompt_ids
 
 from .machine_goldens import NEAR_TIE, decision_margin, same_machine
+from .published_goldens import weights_sha256
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = "fast_dllm_v2_published.json"
@@ -48,12 +47,7 @@ def _checkpoint(block_size: int) -> Path:
     ck = GOLDEN["checkpoint"]
     path = make_random_block_checkpoint(Path(tempfile.mkdtemp()) / f"fast_bs{block_size}", "fast_dllm_v2",
                                         seed=ck["seed"], init_std=ck["init_std"], block_size=block_size)
-    sd = load_file(str(path / "model.safetensors"))
-    h = hashlib.sha256()
-    for k in sorted(sd):
-        h.update(k.encode())
-        h.update(sd[k].contiguous().view(torch.uint8).numpy().tobytes())
-    assert h.hexdigest() == ck["weights_sha256"][str(block_size)], "the golden's weights changed: re-record"
+    assert weights_sha256(path) == ck["weights_sha256"][str(block_size)], "the golden's weights changed: re-record"
     return path
 
 

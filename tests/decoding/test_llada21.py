@@ -5,13 +5,11 @@ accounting, bf16 and refusals."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
 from dllm_bench.decoding import DecodeSpec, Decoding, Sampling, build_cache, build_policy
 from dllm_bench.decoding.config import build_rule
@@ -20,7 +18,7 @@ from dllm_bench.models.tiny_blocks import make_random_block_checkpoint
 
 from .conftest import prompts_for
 from .machine_goldens import NEAR_TIE, decision_margin, same_machine
-from .published_goldens import PUZZLES, ROOT, answer_hash, puzzle_prompts, tiny_model
+from .published_goldens import PUZZLES, ROOT, answer_hash, puzzle_prompts, tiny_model, weights_sha256
 from .spec_kwargs import spec_generate
 
 FIXTURE = "llada21_published.json"
@@ -31,12 +29,7 @@ DEFAULT_SETTINGS = (1,)  # the dllm preset ending after the EOS block (the SGLan
 
 @pytest.fixture(scope="module")
 def trained():
-    sd = load_file(str(ROOT / GOLDEN["checkpoint"] / "model.safetensors"))
-    h = hashlib.sha256()
-    for k in sorted(sd):
-        h.update(k.encode())
-        h.update(sd[k].contiguous().view(torch.uint8).numpy().tobytes())
-    assert h.hexdigest() == GOLDEN["weights_sha256"], "the tiny LLaDA2 weights changed: re-record the goldens"
+    assert weights_sha256(ROOT / GOLDEN["checkpoint"]) == GOLDEN["weights_sha256"], "the tiny LLaDA2 weights changed: re-record the goldens"
     return tiny_model("llada2", torch.float32)
 
 

@@ -4,17 +4,15 @@ on the trained tiny LLaDA2 checkpoint (``tests/fixtures/llada2_published.json``;
 
 from __future__ import annotations
 
-import hashlib
 import json
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
 from dllm_bench.decoding import build_policy
 
 from .machine_goldens import NEAR_TIE, decision_margin, same_machine
-from .published_goldens import ROOT, answer_hash, puzzle_prompts, tiny_model
+from .published_goldens import ROOT, answer_hash, puzzle_prompts, tiny_model, weights_sha256
 from .spec_kwargs import spec_generate
 
 FIXTURE = "llada2_published.json"
@@ -36,12 +34,7 @@ def _cases():
 
 @pytest.fixture(scope="module")
 def model():
-    sd = load_file(str(ROOT / GOLDEN["checkpoint"] / "model.safetensors"))
-    h = hashlib.sha256()
-    for k in sorted(sd):
-        h.update(k.encode())
-        h.update(sd[k].contiguous().view(torch.uint8).numpy().tobytes())
-    assert h.hexdigest() == GOLDEN["weights_sha256"], "the tiny LLaDA2 weights changed: re-record the goldens"
+    assert weights_sha256(ROOT / GOLDEN["checkpoint"]) == GOLDEN["weights_sha256"], "the tiny LLaDA2 weights changed: re-record the goldens"
     return tiny_model("llada2", torch.float32)
 
 

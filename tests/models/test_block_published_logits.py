@@ -17,7 +17,6 @@ rounding elsewhere, and where the published call takes another SDPA path than ou
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import pytest
@@ -28,6 +27,7 @@ from safetensors.torch import load_file
 from dllm_bench.models import load_model
 from dllm_bench.models.cache import CommittedBlockCache
 from dllm_bench.models.tiny_blocks import FORMATS, make_random_block_checkpoint
+from tests.decoding.published_goldens import weights_sha256
 from tests.machine import recording
 
 GOLDEN = Path(__file__).parents[1] / "fixtures" / "block_published_logits.safetensors"
@@ -49,12 +49,7 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory, golden) -> dict[str, P
     out = {}
     for fmt in FORMATS:
         out[fmt] = make_random_block_checkpoint(root / fmt, fmt, seed=0)
-        sd = load_file(str(out[fmt] / "model.safetensors"))
-        h = hashlib.sha256()
-        for k in sorted(sd):
-            h.update(k.encode())
-            h.update(sd[k].contiguous().view(torch.uint8).numpy().tobytes())
-        assert h.hexdigest() == meta[f"weights_sha256_{fmt}"], f"the tiny {fmt} weights changed: re-record"
+        assert weights_sha256(out[fmt]) == meta[f"weights_sha256_{fmt}"], f"the tiny {fmt} weights changed: re-record"
     return out
 
 

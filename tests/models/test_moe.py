@@ -13,7 +13,6 @@ default, avx2) and a test compares with its own width's; on another machine than
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -21,7 +20,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 from safetensors import safe_open
-from safetensors.torch import load_file
 
 from dllm_bench.models import load_model
 from dllm_bench.models.cache import FeatureCache, KVCache
@@ -29,6 +27,7 @@ from dllm_bench.models.config import ModelConfig, ModelConfigError
 from dllm_bench.models.moe import MoEConfig, MoEDiffusionLM
 from dllm_bench.models.tensor_names import moe_canonical_name, moe_checkpoint_name
 from dllm_bench.models.tiny_moe import make_random_moe_checkpoint
+from tests.decoding.published_goldens import weights_sha256
 from tests.machine import assert_within_ulps, recording
 
 GOLDEN = Path(__file__).parents[1] / "fixtures" / "llada_moe_published_logits.safetensors"
@@ -46,15 +45,6 @@ def golden_key(dtype: torch.dtype) -> str:
 @pytest.fixture(scope="module")
 def moe_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_random_moe_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny_moe", seed=0)
-
-
-def weights_sha256(directory: Path) -> str:
-    sd = load_file(str(directory / "model.safetensors"))
-    h = hashlib.sha256()
-    for k in sorted(sd):
-        h.update(k.encode())
-        h.update(sd[k].contiguous().view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

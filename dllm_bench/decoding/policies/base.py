@@ -67,6 +67,18 @@ def stop_in_finished_block(answer: torch.Tensor, hi: torch.Tensor, finished: tor
     return finished & ((answer == stop_id) & (j < hi.unsqueeze(1))).any(dim=1)
 
 
+def advance_and_stop_after_block(policy: Any, state: Any, answer: torch.Tensor, masked: torch.Tensor,
+                                 active: torch.Tensor, stop_id: int | None) -> torch.Tensor:
+    """A block policy's ``finished``: [B] bool rows its ``advance`` ends, and with ``stop_after_block`` also the rows
+    whose block just finished with ``stop_id`` in the answer before its end."""
+    _, hi = policy.block(state)
+    before = state.block.clone()
+    done = policy.advance(state, masked, active)
+    if policy.stop_after_block and stop_id is not None:
+        done |= active & stop_in_finished_block(answer, hi, state.block != before, stop_id)
+    return done
+
+
 def refuse_shifted_logits(policy: str, config: Any) -> None:
     """A policy that rewrites a token from the prediction at its own position needs unshifted logits (LLaDA's)."""
     if getattr(config, "shift_logits", False):

@@ -34,10 +34,10 @@ from dllm_bench.decoding.commit_masks import prefix_commit_mask, sort_candidates
 from dllm_bench.decoding.forward import ForwardResult
 from dllm_bench.decoding.policies.base import (
     PolicyBase,
+    advance_and_stop_after_block,
     is_positive_int,
     register,
     span_mask,
-    stop_in_finished_block,
 )
 from dllm_bench.decoding.rules.base import StepContext, rule_tokens
 from dllm_bench.decoding.schedules import llada_transfer_counts
@@ -265,12 +265,7 @@ class BlockDiffusionPolicy(PolicyBase):
 
     def finished(self, state: BlockDiffusionState, answer: torch.Tensor, masked: torch.Tensor, active: torch.Tensor,
                  stop_id: int | None) -> torch.Tensor:
-        _, hi = self.block(state)
-        before = state.block.clone()
-        done = self.advance(state, masked, active)
-        if self.stop_after_block and stop_id is not None:
-            done |= active & stop_in_finished_block(answer, hi, state.block != before, stop_id)
-        return done
+        return advance_and_stop_after_block(self, state, answer, masked, active, stop_id)
 
     # ------------------------------------------------------------------ forwards
 

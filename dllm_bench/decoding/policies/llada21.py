@@ -15,11 +15,11 @@ import torch
 from dllm_bench.decoding.commit_masks import topk_commit_mask
 from dllm_bench.decoding.policies.base import (
     PolicyBase,
+    advance_and_stop_after_block,
     grid_bounds,
     grid_offset,
     register,
     span_mask,
-    stop_in_finished_block,
 )
 from dllm_bench.decoding.rules.base import StepContext, rule_tokens
 
@@ -182,9 +182,4 @@ class EditPolicy(PolicyBase):
 
     def finished(self, state: EditState, answer: torch.Tensor, masked: torch.Tensor, active: torch.Tensor,
                  stop_id: int | None) -> torch.Tensor:
-        _, hi = self.block(state)
-        before = state.block.clone()
-        done = self.advance(state, masked, active)
-        if self.stop_after_block and stop_id is not None:
-            done |= active & stop_in_finished_block(answer, hi, state.block != before, stop_id)
-        return done
+        return advance_and_stop_after_block(self, state, answer, masked, active, stop_id)
