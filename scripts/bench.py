@@ -63,7 +63,7 @@ def sync(device: torch.device) -> None:
 
 
 def use_linear_product(name: str) -> None:
-    """'auto': the network's Linear (W @ x.T from ``cpu_linear.WX_MIN_ROWS`` rows on the CPU); 'f_linear':
+    """'auto': the network's Linear (W @ x.T at ``cpu_linear.WX_MIN_ROWS``-``WX_MAX_ROWS`` rows on the CPU); 'f_linear':
     F.linear for every product, the A/B baseline (same bits from 12 rows up, tests/models/test_linear.py)."""
     if name not in LINEAR_PRODUCTS:
         raise ValueError(f"linear product {name!r} is not one of {LINEAR_PRODUCTS}")
@@ -411,7 +411,7 @@ def main() -> None:
     ap.add_argument("--rules-only", action="store_true", help="only the rule-cost table")
     ap.add_argument("--budget-s", type=float, default=280.0, help="stop the latency sweep after this long")
     ap.add_argument("--linear-product", default="auto", choices=LINEAR_PRODUCTS,
-                    help="auto: the network's Linear (W @ x.T from 16 rows on the CPU); f_linear: F.linear "
+                    help="auto: the network's Linear (W @ x.T at 16-512 rows on the CPU); f_linear: F.linear "
                          "everywhere (the A/B baseline)")
     args = ap.parse_args()
     for flag, names in (("--batch-caches", args.batch_caches), ("--batch1-caches", args.batch1_caches or ["none"])):

@@ -3,8 +3,9 @@
 ``steps``: one warmed-up decode of the bench's real-vocabulary shape (``scripts/bench.py``'s cpu-vocab model,
 or ``--shape``; prompt 128 + answer 256, block 32) under the torch profiler; every operator's self time outside the network's
 forwards, per step (the figures in docs/benchmarks.md, "Why the share stays above 5 %").
-``linear``: ms per product of ``F.linear`` and of the network's ``Linear`` (median of ``--repeats`` calls) for
-weights out x in at the given row counts (docs/benchmarks.md, "The product order").
+``linear``: ms per product of ``F.linear``, of W @ x.T with the transpose back (``cpu_linear.rows_product``, at any row
+count) and of the network's ``Linear`` (which picks one of the two; median of ``--repeats`` calls) for weights out x
+in at the given row counts (docs/benchmarks.md, "The product order").
 
 Usage:  python scripts/profile_step.py steps --cache dual --rule threshold
         python scripts/profile_step.py linear --weight 126464x512 --weight 3072x1024 --rows 16 31 32
@@ -28,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402
 
 from dllm_bench.decoding import DecodeSpec, Decoding, build_cache, build_policy, build_rule, generate  # noqa: E402
-from dllm_bench.models.cpu_linear import Linear  # noqa: E402
+from dllm_bench.models.cpu_linear import Linear, rows_product  # noqa: E402
 
 
 class MarkedNetwork(bench.TimedNetwork):
@@ -87,7 +88,7 @@ def linear_products(weights: list[str], rows: list[int], repeats: int) -> None:
             times.append(time.perf_counter() - t)
         return statistics.median(times) * 1e3
 
-    print(f"{'weight':>14} {'rows':>5} {'F.linear ms':>12} {'Linear ms':>10} {'same bits':>9}")
+    print(f"{'weight':>14} {'rows':>5} {'F.linear ms':>12} {'W @ x.T ms':>11} {'Linear ms':>10} {'same bits':>9}")
     for spec in weights:
         out_features, in_features = (int(v) for v in spec.lower().split("x"))
         layer = Linear(in_features, out_features, bias=False).requires_grad_(False)
@@ -96,7 +97,7 @@ def linear_products(weights: list[str], rows: list[int], repeats: int) -> None:
             x = torch.randn(n, in_features)
             same = torch.equal(layer(x), F.linear(x, layer.weight))
             print(f"{spec:>14} {n:5d} {median_ms(F.linear, x, layer.weight):12.2f} "
-                  f"{median_ms(layer, x):10.2f} {str(same):>9}")
+                  f"{median_ms(rows_product, x, layer.weight, None):11.2f} {median_ms(layer, x):10.2f} {str(same):>9}")
 
 
 def main() -> None:

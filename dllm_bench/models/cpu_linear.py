@@ -1,10 +1,12 @@
 """The networks' ``Linear``: ``nn.Linear`` with a faster float32 product on the CPU, same values.
 
 MKL's float32 GEMM is 1.2-2.2x faster with the rows as its short side: the 16-96 rows of a cached step, or an
-LM head over a block. So on the CPU, from ``WX_MIN_ROWS`` rows and for weights of ``WX_MIN_WEIGHTS``+ entries,
-the product is taken as (W @ x.T).T: the rows padded to a multiple of 8 (up to 2x faster than 31 rows), and a
-weight with many output features (an LM head) in tiles of ``WX_TILE_ROWS`` that stay in cache, another 10-20 %
-(docs/benchmarks.md). Every other device, dtype, row count or weight size takes ``F.linear`` untouched.
+LM head over a block. So on the CPU, from ``WX_MIN_ROWS`` to ``WX_MAX_ROWS`` rows and for weights of
+``WX_MIN_WEIGHTS``+ entries, the product is taken as (W @ x.T).T: the rows padded to a multiple of 8 (up to 2x
+faster than 31 rows), and a weight with many output features (an LM head) in tiles of ``WX_TILE_ROWS`` that stay in
+cache, another 10-20 % (docs/benchmarks.md). Past ``WX_MAX_ROWS`` (a batch's whole canvas) ``F.linear`` is as fast
+as the product alone, and the transpose back would cost up to 30 % more. Every other device, dtype, row count or
+weight size takes ``F.linear`` untouched.
 
 Exactness, where it holds: on this machine's BLAS (MKL 2024.2, whose kernels ATEN_CPU_CAPABILITY does not
 change) 12+ rows give ``F.linear``'s bits (tests/models/test_linear.py, tests/test_cpu_capabilities.py); below
@@ -21,15 +23,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-# the CPU float32 product is taken as W @ x.T from this many rows, for weights of this many entries, in tiles of
-# this many output features for large weights
+# the CPU float32 product is taken as W @ x.T from this many rows up to that many, for weights of this many entries,
+# in tiles of this many output features for large weights
 WX_MIN_ROWS = 16
+WX_MAX_ROWS = 512
 WX_MIN_WEIGHTS = 512 * 512
 WX_TILE_ROWS = 4096
 
 
 class Linear(nn.Linear):
-    """``nn.Linear`` whose CPU float32 product at ``WX_MIN_ROWS``+ rows is taken as (W @ x.T).T (module doc)."""
+    """``nn.Linear`` whose CPU float32 product at ``WX_MIN_ROWS``-``WX_MAX_ROWS`` rows is taken as (W @ x.T).T
+    (module doc)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight, bias = self.weight, self.bias
@@ -37,7 +41,7 @@ class Linear(nn.Linear):
                 or torch.compiler.is_compiling()):  # a compiled graph: the compiler picks the product
             return F.linear(x, weight, bias)
         rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
-        if rows < WX_MIN_ROWS:
+        if rows < WX_MIN_ROWS or rows > WX_MAX_ROWS:
             return F.linear(x, weight, bias)
         x2 = x.reshape(rows, x.shape[-1])
         if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad

@@ -109,6 +109,22 @@ def test_tiny_checkpoints_give_the_logits_of_f_linear(flavour, monkeypatch):
         _assert_f_linear_values(a, b)
 
 
+def test_rows_above_the_cap_take_f_linear(monkeypatch):
+    """Past WX_MAX_ROWS rows F.linear is as fast as W @ x.T without its transpose back, so it takes the product;
+    up to the cap the rows product does (a canvas of 16 x 384 rows: up to 1.3x faster with F.linear, docs/benchmarks.md)."""
+    g = torch.Generator().manual_seed(5)
+    layer = _layer(64, 96, False, g)
+    taken = []
+    monkeypatch.setattr(cpu_linear, "rows_product", lambda x, w, b: taken.append(x.shape[0]) or F.linear(x, w, b))
+    monkeypatch.setattr(cpu_linear, "WX_MIN_WEIGHTS", 0)
+    cap = cpu_linear.WX_MAX_ROWS
+    with torch.no_grad():
+        for rows in (cap, cap + 1, 4 * cap):
+            x = torch.randn(rows, 64, generator=g)
+            assert torch.equal(layer(x), F.linear(x, layer.weight))
+    assert taken == [cap]
+
+
 @pytest.mark.parametrize("rows", range(1, 12))
 def test_fewer_rows_keep_f_linear(rows):
     """Below 12 rows W @ x.T rounds differently from F.linear on this BLAS, so few rows keep F.linear's bits."""
