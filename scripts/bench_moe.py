@@ -3,10 +3,13 @@
 The MoE MLP (router, top-k, the routed experts and the shared one: ``MoEBlock.ffn``) at LLaDA-MoE-7B-A1B's
 layer shape (hidden 2048, 64 experts of 1024, top 8; ``--scale`` divides the widths for a small machine) is timed
 against a dense SwiGLU whose hidden width is the active experts' (top-k x expert size, plus the shared expert), so
-the ratio is what routing and dispatch cost over the same matrix work. Host reads are counted by op
-(``dllm_bench.decoding.syncs``) on the accelerator's code path.
+the ratio is what routing and dispatch cost over the same matrix work. Beside it, the dispatch this module had
+before (``looped_*``: the experts' group sizes read on the host with ``bincount(...).tolist()``, then a Python loop
+over the experts, each adding its weighted rows into the output; values equal to the grouped dispatch's within
+float32 rounding, checked here). Host reads are counted by op (``dllm_bench.decoding.syncs``) on the accelerator's
+code path.
 
-Usage:  PYTHONPATH=. python scripts/bench_moe.py [--tokens 256 4096] [--scale 4] [--dtype float32]
+Usage:  PYTHONPATH=. python scripts/bench_moe.py [--tokens 32 256 4096] [--scale 4] [--dtype float32]
 Writes results/bench/moe_layer_<device>.csv.
 """
 
@@ -20,6 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -44,6 +48,31 @@ def moe_config(scale: int) -> MoEConfig:
     })
 
 
+def looped_routed(block: MoEBlock, x: torch.Tensor) -> torch.Tensor:
+    """The MoE MLP's routed part as this module dispatched before: group sizes on the host, one product per expert."""
+    probs = F.softmax(block.gate(x), dim=1, dtype=torch.float)
+    weights, chosen = torch.topk(probs, block.top_k, dim=-1)
+    slots = chosen.t().reshape(-1)
+    order = torch.argsort(slots, stable=True)
+    tokens = torch.arange(x.shape[0], device=x.device).repeat(block.top_k)[order]
+    pair_weights = weights.to(x.dtype).t().reshape(-1)[order]
+    counts = torch.bincount(slots, minlength=block.experts.num_experts).tolist()  # the host read, once per layer
+    out, lo = torch.zeros_like(x), 0
+    for e, count in enumerate(counts):
+        if count:
+            rows = tokens[lo:lo + count]
+            out.index_add_(0, rows, block.experts.expert(e, x[rows]) * pair_weights[lo:lo + count, None])
+        lo += count
+    return out
+
+
+def looped_ffn(block: MoEBlock, h: torch.Tensor) -> torch.Tensor:
+    """``MoEBlock.ffn`` with the looped dispatch (LLaDA-MoE's layer has no shared expert and no expert bias)."""
+    assert block.shared_expert is None and block.expert_bias is None
+    x = block.ffn_norm(h)
+    return looped_routed(block, x.reshape(-1, x.shape[-1])).view_as(x)
+
+
 def timed(fn, x: torch.Tensor, repeats: int) -> float:
     """Median seconds of ``fn(x)`` over ``repeats`` calls after one warm-up."""
     fn(x)
@@ -64,7 +93,8 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     ap.add_argument("--scale", type=int, default=4, help="divide the layer's widths by this (1 = the real layer)")
-    ap.add_argument("--tokens", type=int, nargs="+", default=[256, 4096], help="rows through the MLP (batch x canvas)")
+    ap.add_argument("--tokens", type=int, nargs="+", default=[32, 256, 4096],
+                    help="rows through the MLP (batch x canvas; 32: a cached step of one block)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=str(ROOT / "results" / "bench"))
@@ -81,12 +111,18 @@ def main() -> None:
         for n in args.tokens:
             x = torch.randn(1, n, cfg.d_model, device=device, dtype=dtype)
             with accelerator_path(), SyncCounter() as counted:
-                moe.ffn(x)
+                grouped = moe.ffn(x)
+            with accelerator_path(), SyncCounter() as counted_looped:
+                looped = looped_ffn(moe, x)
+            torch.testing.assert_close(looped, grouped)  # the same mixture, whichever dispatch
             moe_s, dense_s = timed(moe.ffn, x, args.repeats), timed(dense, x, args.repeats)
+            looped_s = timed(lambda h: looped_ffn(moe, h), x, args.repeats)
             rows.append({"tokens": n, "d_model": cfg.d_model, "experts": cfg.num_experts,
                          "top_k": cfg.num_experts_per_tok, "expert_size": cfg.expert_intermediate_size,
                          "dense_hidden": active, "moe_ms": 1e3 * moe_s, "dense_ms": 1e3 * dense_s,
                          "moe_over_dense": moe_s / dense_s, "host_reads": counted.total,
+                         "looped_ms": 1e3 * looped_s, "looped_over_dense": looped_s / dense_s,
+                         "looped_host_reads": counted_looped.total,
                          "dtype": args.dtype, "threads": args.threads, "load": os.getloadavg()[0]})
             print(rows[-1], flush=True)
     out = Path(args.out)

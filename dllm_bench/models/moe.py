@@ -300,10 +300,10 @@ class MoEBlock(Block):
         # group sizes by a scatter (bincount sizes its output from the data: a host read on an accelerator)
         ends = torch.zeros(n_exp, dtype=torch.long, device=x.device).scatter_add_(0, slots, torch.ones_like(slots)).cumsum(0)
         pair_out = self.experts(x.index_select(0, tokens), ends) * weights.t().reshape(-1).index_select(0, order)[:, None]
-        # back to [slot, token], then each token's outputs in ascending expert order: the published loop adds
-        # them expert by expert into zeros, and that order fixes the rounding
-        by_slot = torch.empty_like(pair_out).index_copy_(0, order, pair_out).view(k, n_tok, -1)
-        ranked = by_slot[chosen.argsort(dim=1).t(), torch.arange(n_tok, device=x.device)]  # [k, N, d]
+        # each token's outputs in ascending expert order (a pair's rank among its token's k experts): the published
+        # loop adds them expert by expert into zeros, and that order fixes the rounding
+        rank = chosen.argsort(dim=1).argsort(dim=1).t().reshape(-1).index_select(0, order)
+        ranked = torch.empty_like(pair_out).index_copy_(0, rank * n_tok + tokens, pair_out).view(k, n_tok, -1)
         out = ranked[0]
         for j in range(1, k):
             out = out + ranked[j]

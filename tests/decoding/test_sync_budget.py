@@ -67,3 +67,36 @@ def test_the_accelerator_path_decodes_a_padded_batch_as_the_cpu_path(counting):
             with accelerator_path():
                 acc = generate(model, ids, mask, spec)
         assert torch.equal(acc.tokens, cpu.tokens) and [r.nfe for r in acc.records] == [r.nfe for r in cpu.records]
+
+
+@pytest.fixture(scope="module")
+def moe_models(tmp_path_factory):
+    """The MoE networks: a random tiny LLaDA-MoE (published format) and the trained tiny LLaDA2 (BailingMoeV2)."""
+    from dllm_bench.models import load_model
+    from dllm_bench.models.tiny_moe import make_random_moe_checkpoint
+    from dllm_bench.tiny.card_runs import CHECKPOINTS
+
+    moe = load_model(make_random_moe_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny_moe", seed=0), device="cpu")
+    return {"llada_moe": moe, "llada2": load_model(CHECKPOINTS / "tiny_llada2", device="cpu")}
+
+
+@pytest.mark.parametrize(("network", "setting"), [
+    ("llada_moe", "blocks/threshold/none@llada"), ("llada_moe", "blocks/threshold/prefix@llada"),
+    ("llada_moe", "blocks/threshold/dual@llada"), ("llada_moe", "blocks/threshold/dllm@llada"),
+    ("llada2", "llada2/none/none@llada"), ("llada2", "llada21_dllm/none/none@llada"),
+    ("llada2", "dmax_math/none/none@llada")])
+def test_moe_networks_stay_within_the_sync_budget_with_the_cpu_path_tokens(counting, moe_models, network, setting):
+    """The MoE layers add no host read to a step: a decode on the accelerator's path stays within its setting's
+    budget, with the CPU path's tokens and NFE (the loop they replaced read the expert group sizes once per layer)."""
+    model = moe_models[network]
+    block = getattr(model.config, "block_size", BLOCK)  # LLaDA2's block-causal attention runs at its own block
+    exercise = counting.settings(GEN, block)[setting]
+    prompts = torch.randint(0, 90, (2, 13), generator=torch.Generator().manual_seed(1))
+    spec = counting.decode_spec(setting, GEN, block)
+    with torch.no_grad():
+        with accelerator_path(), SyncCounter() as counted:
+            acc = generate(model, prompts, None, spec)
+        cpu = generate(model, prompts, None, spec)
+    steps = max(r.nfe for r in acc.records)
+    assert counted.total <= counting.budget(exercise) * steps, (setting, dict(counted.by_op))
+    assert torch.equal(acc.tokens, cpu.tokens) and [r.nfe for r in acc.records] == [r.nfe for r in cpu.records]
