@@ -10,18 +10,12 @@ stop on and off; the summaries (accuracy, NFE, forward positions) and the exact 
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import subprocess
-import sys
-import tempfile
-import time
 from pathlib import Path
 
+from dllm_bench.tiny.card_runs import CHECKPOINTS, card_main, run_settings
 from dllm_bench.tiny.model_card import _loss_curve, _run_line, _solution_spread
 
-CHECKPOINTS = Path(__file__).parent / "checkpoints"
 # per format: what the checkpoint is, and its published policy preset scaled to the tiny model's block of 4
 FORMATS = {
     "fast_dllm_v2": {
@@ -57,25 +51,8 @@ def _commands(fmt: str, limit: int) -> list[tuple[bool, list[str]]]:
 
 
 def evaluate(fmt: str, limit: int) -> Path:
-    """Run every setting into a scratch results folder; write eval_results_block.json; returns its path."""
-    rows = []
-    with tempfile.TemporaryDirectory() as out:
-        for stop, args in _commands(fmt, limit):
-            cmd = [sys.executable, "-m", "dllm_bench.run", *args, f"output_dir={out}", "progress=false"]
-            t0, c0 = time.time(), os.times()
-            subprocess.run(cmd, check=True, capture_output=True, text=True)
-            c1 = os.times()
-            run = json.loads(next(Path(out).rglob("run.json")).read_text())
-            for p in Path(out).rglob("run.json"):  # one run per setting: clear it for the next
-                p.unlink()
-            s = run["summary"]
-            rows.append({"command": "python -m dllm_bench.run " + " ".join(args), "early_stop": stop,
-                         "puzzles": s["n_samples"], "accuracy": s["accuracy"], "ci": [s["accuracy_ci_low"],
-                                                                                     s["accuracy_ci_high"]],
-                         "nfe_mean": s["nfe_mean"], "forward_positions_mean": s["forward_positions_total"] / s["n_samples"],
-                         "tokens_per_forward": s["tokens_per_forward"], "wall_s": round(time.time() - t0, 1),
-                         "cpu_s": round(c1.children_user + c1.children_system - c0.children_user - c0.children_system, 1),
-                         "device": run["device_name"], "date_utc": run["finished_at"]})
+    """Run every setting; write eval_results_block.json; returns its path."""
+    rows = run_settings(({"early_stop": stop}, args) for stop, args in _commands(fmt, limit))
     path = CHECKPOINTS / f"tiny_{fmt}" / "eval_results_block.json"
     path.write_text(json.dumps({"format": fmt, "results": rows}, indent=1) + "\n")
     return path
@@ -173,16 +150,8 @@ def render(fmt: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("format", choices=sorted(FORMATS))
-    ap.add_argument("--limit", type=int, default=100, help="held-out puzzles per setting (default 100)")
-    ap.add_argument("--card-only", action="store_true", help="render the card from the recorded results")
-    args = ap.parse_args(argv)
-    if not args.card_only:
-        print(f"wrote {evaluate(args.format, args.limit)}")
-    path = CHECKPOINTS / f"tiny_{args.format}" / "MODEL_CARD.md"
-    path.write_text(render(args.format))
-    print(f"wrote {path}")
+    card_main(__doc__.splitlines()[0], "format", FORMATS, evaluate, render, lambda fmt: CHECKPOINTS / f"tiny_{fmt}",
+              argv)
 
 
 if __name__ == "__main__":

@@ -11,19 +11,13 @@ anchored grid, no adapter); the summaries and exact commands go to ``eval_result
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import subprocess
-import sys
-import tempfile
-import time
 from pathlib import Path
 
 from dllm_bench.models.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS
+from dllm_bench.tiny.card_runs import CHECKPOINTS, card_main, run_settings
 from dllm_bench.tiny.model_card import _loss_curve, _solution_spread
 
-CHECKPOINTS = Path(__file__).parent / "checkpoints"
 FLAVOURS = ("llada", "dream")
 BLOCKS = (8, 4)
 RESULTS = "eval_results_d2f.json"
@@ -45,27 +39,9 @@ def _commands(flavour: str, limit: int) -> list[dict]:
 
 
 def evaluate(flavour: str, limit: int) -> Path:
-    """Run every setting into a scratch results folder; write eval_results_d2f.json; returns its path."""
-    rows = []
-    with tempfile.TemporaryDirectory() as out:
-        for setting in _commands(flavour, limit):
-            cmd = [sys.executable, "-m", "dllm_bench.run", *setting["args"], f"output_dir={out}", "progress=false"]
-            t0, c0 = time.time(), os.times()
-            subprocess.run(cmd, check=True, capture_output=True, text=True)
-            c1 = os.times()
-            path = next(Path(out).rglob("run.json"))
-            run = json.loads(path.read_text())
-            path.unlink()  # one run per setting: clear it for the next
-            s = run["summary"]
-            rows.append({"command": "python -m dllm_bench.run " + " ".join(setting["args"]),
-                         **{k: setting[k] for k in ("model", "block_length", "early_stop")},
-                         "puzzles": s["n_samples"], "accuracy": s["accuracy"],
-                         "ci": [s["accuracy_ci_low"], s["accuracy_ci_high"]], "nfe_mean": s["nfe_mean"],
-                         "forward_positions_mean": s["forward_positions_total"] / s["n_samples"],
-                         "tokens_per_forward": s["tokens_per_forward"], "wall_s": round(time.time() - t0, 1),
-                         "cpu_s": round(c1.children_user + c1.children_system - c0.children_user - c0.children_system, 1),
-                         "device": run["device_name"], "date_utc": run["finished_at"]})
-            print(json.dumps(rows[-1]), flush=True)
+    """Run every setting; write eval_results_d2f.json; returns its path."""
+    rows = run_settings(({k: setting[k] for k in ("model", "block_length", "early_stop")}, setting["args"])
+                        for setting in _commands(flavour, limit))
     path = CHECKPOINTS / f"tiny_{flavour}_d2f" / RESULTS
     path.write_text(json.dumps({"flavour": flavour, "results": rows}, indent=1) + "\n")
     return path
@@ -166,16 +142,8 @@ def render(flavour: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("flavour", choices=FLAVOURS)
-    ap.add_argument("--limit", type=int, default=100, help="held-out puzzles per setting (default 100)")
-    ap.add_argument("--card-only", action="store_true", help="render the card from the recorded results")
-    args = ap.parse_args(argv)
-    if not args.card_only:
-        print(f"wrote {evaluate(args.flavour, args.limit)}")
-    path = CHECKPOINTS / f"tiny_{args.flavour}_d2f" / "MODEL_CARD.md"
-    path.write_text(render(args.flavour))
-    print(f"wrote {path}")
+    card_main(__doc__.splitlines()[0], "flavour", FLAVOURS, evaluate, render,
+              lambda flavour: CHECKPOINTS / f"tiny_{flavour}_d2f", argv)
 
 
 if __name__ == "__main__":
