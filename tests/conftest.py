@@ -105,11 +105,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(autouse=True)
-def _suite_threads():
-    """Each test starts at the suite's thread count: an in-process run picks its own (runner/threads.py) and
-    would otherwise leave it to the tests after it."""
-    if torch.get_num_threads() != SUITE_THREADS:
-        torch.set_num_threads(SUITE_THREADS)
+def _suite_threads(request):
+    """Each test starts at the suite's thread count, or at its ``threads(n)`` mark's (a golden recorded at n
+    threads, its fixture's ``threads``): an in-process run picks its own (runner/threads.py) and would otherwise
+    leave it to the tests after it."""
+    mark = request.node.get_closest_marker("threads")
+    threads = mark.args[0] if mark else SUITE_THREADS
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")

@@ -99,6 +99,7 @@ def _case(name: str, i: int, setting: dict, full: bool):
                         marks=[pytest.mark.exhaustive] if full else [])
 
 
+@pytest.mark.threads(GOLDEN["threads"])
 @pytest.mark.parametrize(("name", "index", "full"), [
     _case(name, i, s, f) for name, golden in (("tiny_llada", GOLDEN), ("tiny_dream", GOLDEN_DREAM))
     for i, s in enumerate(golden["settings"]) for f in (False, True) if f or i in DEFAULT_SETTINGS[name]])
@@ -197,6 +198,7 @@ def _float32_steps(a: float, b: float) -> float:
     return abs(a - b) / float(torch.nextafter(top, torch.tensor(2.0)) - top)
 
 
+@pytest.mark.threads(GOLDEN_BATCH["threads"])
 @pytest.mark.parametrize(("index", "full"), [
     pytest.param(i, f, id=_batch_label(s) + ("-all" if f else ""), marks=[pytest.mark.exhaustive] if f else [])
     for i, s in enumerate(GOLDEN_BATCH["settings"]) for f in (False, True) if f or i in DEFAULT_SETTINGS["batch"]])

@@ -74,6 +74,7 @@ def _dream_case(i: int, setting: dict, full: bool):
     return pytest.param(i, full, id=label + ("-all" if full else ""), marks=[pytest.mark.exhaustive] if full else [])
 
 
+@pytest.mark.threads(DREAM_GOLDEN["threads"])
 @pytest.mark.parametrize("index,full", [_dream_case(i, s, f) for i, s in enumerate(DREAM_GOLDEN["settings"])
                                         for f in (False, True) if f or i in DREAM_DEFAULT_SETTINGS])
 def test_tiny_dream_decodes_as_the_published_code(index, full):

@@ -42,6 +42,7 @@ def _label(setting: dict) -> str:
     return f"{setting['loop']}-b{setting['block_length']}-thr{setting['threshold']}"
 
 
+@pytest.mark.threads(GOLDEN["threads"])
 @pytest.mark.parametrize(("index", "full"), [
     pytest.param(i, f, id=_label(s) + ("-all" if f else ""), marks=[pytest.mark.exhaustive] if f else [])
     for i, s in enumerate(GOLDEN["settings"]) for f in (False, True) if f or i in DEFAULT_SETTINGS])

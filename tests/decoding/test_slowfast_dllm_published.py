@@ -59,6 +59,7 @@ def _cut_gaps(monkeypatch) -> list[float]:
 @pytest.mark.parametrize(("index", "full"), [
     pytest.param(i, f, id=_label(s) + ("-all" if f else ""), marks=[pytest.mark.exhaustive] if f else [])
     for i, s in enumerate(GOLDEN["settings"]) for f in (False, True)])
+@pytest.mark.threads(GOLDEN["threads"])
 def test_slowfast_with_dllm_cache_verify_compat_decodes_as_the_release(index, full, monkeypatch):
     setting = GOLDEN["settings"][index]
     policy = build_policy("slowfast", preset="code", truncate_fast=True, explore_steps=setting["explore_steps"],
@@ -70,24 +71,19 @@ def test_slowfast_with_dllm_cache_verify_compat_decodes_as_the_release(index, fu
     exact = same_machine(FIXTURE)
     gaps = _cut_gaps(monkeypatch)
     compared = 0
-    threads = torch.get_num_threads()
-    torch.set_num_threads(GOLDEN["threads"])
-    try:
-        for sample_id, answer, nfe in rows:
-            gaps.clear()
-            with torch.no_grad():
-                # the release's confidences: softmax in the logits' dtype
-                out = spec_generate(tiny_model("llada"), torch.tensor([puzzle_prompts("llada")[sample_id]]), None,
-                                    gen_length=setting["gen_length"], block_length=setting["block_length"],
-                                    policy=policy, cache=cache, confidence_precision="model", trace=True)
-            assert gaps, "every decode of these settings runs V-verify"
-            margin = decision_margin(out.records[0].trace, setting["threshold"], probabilities=True)
-            if not exact and (min(gaps) < CUT_STEPS or margin < NEAR_TIE):
-                continue
-            compared += 1
-            assert (sample_id, out.tokens[0].tolist(), out.records[0].nfe) == (sample_id, answer, nfe)
-    finally:
-        torch.set_num_threads(threads)
+    for sample_id, answer, nfe in rows:
+        gaps.clear()
+        with torch.no_grad():
+            # the release's confidences: softmax in the logits' dtype
+            out = spec_generate(tiny_model("llada"), torch.tensor([puzzle_prompts("llada")[sample_id]]), None,
+                                gen_length=setting["gen_length"], block_length=setting["block_length"],
+                                policy=policy, cache=cache, confidence_precision="model", trace=True)
+        assert gaps, "every decode of these settings runs V-verify"
+        margin = decision_margin(out.records[0].trace, setting["threshold"], probabilities=True)
+        if not exact and (min(gaps) < CUT_STEPS or margin < NEAR_TIE):
+            continue
+        compared += 1
+        assert (sample_id, out.tokens[0].tolist(), out.records[0].nfe) == (sample_id, answer, nfe)
     if not exact and compared == 0:
         pytest.skip("off the recording machine every decode here has a V-verify cut or a commit near a tie")
     assert compared == len(rows) if exact else compared >= 1

@@ -51,6 +51,7 @@ def _case(i: int, setting: dict, full: bool):
     return pytest.param(i, full, id=label + ("-all" if full else ""), marks=[pytest.mark.exhaustive] if full else [])
 
 
+@pytest.mark.threads(GOLDEN["threads"])
 @pytest.mark.parametrize(("index", "full"), [_case(i, s, f) for i, s in enumerate(GOLDEN["settings"])
                                              for f in (False, True) if f or i in DEFAULT_SETTINGS])
 def test_sparse_dllm_decodes_as_its_published_code(index, full):
