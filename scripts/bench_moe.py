@@ -56,7 +56,8 @@ def looped_routed(block: MoEBlock, x: torch.Tensor) -> torch.Tensor:
     order = torch.argsort(slots, stable=True)
     tokens = torch.arange(x.shape[0], device=x.device).repeat(block.top_k)[order]
     pair_weights = weights.to(x.dtype).t().reshape(-1)[order]
-    counts = torch.bincount(slots, minlength=block.experts.num_experts).tolist()  # the host read, once per layer
+    # two host reads a layer: bincount sizes its output from the data, and .tolist()
+    counts = torch.bincount(slots, minlength=block.experts.num_experts).tolist()
     out, lo = torch.zeros_like(x), 0
     for e, count in enumerate(counts):
         if count:
@@ -88,7 +89,7 @@ def timed(fn, x: torch.Tensor, repeats: int) -> float:
     return sorted(times)[len(times) // 2]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
@@ -98,7 +99,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=str(ROOT / "results" / "bench"))
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
     cfg = moe_config(args.scale)
@@ -127,7 +128,9 @@ def main() -> None:
             print(rows[-1], flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame(rows).to_csv(out / f"moe_layer_{device.type}.csv", index=False)
+    frame = pd.DataFrame(rows)
+    frame.to_csv(out / f"moe_layer_{device.type}.csv", index=False)
+    return frame
 
 
 if __name__ == "__main__":

@@ -95,3 +95,13 @@ def test_bench_compile_replaces_only_the_rows_it_measured(load_script, tmp_path)
     got = script.pd.read_csv(tmp_path / "compiled_steps_cpu.csv")
     assert list(zip(got["model"], got["batch"], got["eager_step_ms"])) == [("tiny_llada", 1, 1.0), ("cpu-mid", 16, 3.0)]
     assert len(frame) == 2 and got["threads"].iloc[1] == 1  # the run's own columns on its rows
+
+
+def test_moe_bench_times_both_dispatches_and_counts_the_loops_host_reads(load_script, tmp_path):
+    """bench_moe at a small width: the grouped dispatch reads nothing on the host, the loop it replaced reads twice
+    a layer (bincount's size and .tolist()), and both give the same mixture (the script checks it)."""
+    frame = load_script("bench_moe").main(["--scale", "16", "--tokens", "8", "40", "--repeats", "1",
+                                           "--out", str(tmp_path)])
+    assert list(frame["tokens"]) == [8, 40] and (tmp_path / "moe_layer_cpu.csv").exists()
+    assert (frame["host_reads"] == 0).all() and (frame["looped_host_reads"] == 2).all()
+    assert (frame[["moe_ms", "looped_ms", "dense_ms"]] > 0).all().all()
