@@ -27,7 +27,7 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, fields
 from functools import lru_cache
 from pathlib import Path
@@ -902,20 +902,6 @@ def _kill_uid(host_uid: int | None) -> None:
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def _wait_first_exception(futures: list[Future], poll_s: float = 0.02) -> None:
-    """Return when every future is done; raise the first exception one raised. Polls instead of blocking in
-    ``concurrent.futures.wait``: a Ctrl-C that lands while the main thread sits inside a future's or waiter's lock
-    can leave that lock held, and a worker finishing its sample then blocks on it, so ``shutdown(wait=True)`` never
-    returns. Between polls the main thread holds no lock, so the interrupt lands in ``time.sleep``."""
-    pending = list(futures)
-    while pending:
-        time.sleep(poll_s)
-        pending = [f for f in pending if not f.done()]
-        failed = next((f.exception() for f in futures if f.done() and f.exception() is not None), None)
-        if failed is not None:
-            raise failed
-
-
 def execute_many(programs: list[str | ProgramWithTests], timeout_s: float = 10.0, workers: int | None = None,
                  limits: Limits | None = None, *, allow_unisolated: bool = False,
                  wall_timeout_s: float | None = None) -> list[ExecResult]:
@@ -930,7 +916,10 @@ def execute_many(programs: list[str | ProgramWithTests], timeout_s: float = 10.0
     try:
         futures = [pool.submit(execute, p, timeout_s, limits, allow_unisolated=allow_unisolated,
                                wall_timeout_s=wall_timeout_s, cancel=cancel) for p in programs]
-        _wait_first_exception(futures)  # a failure (or Ctrl-C here) stops the rest at once
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)  # a failure (or Ctrl-C here) stops the rest at once
+        failed = next((f.exception() for f in done if f.exception() is not None), None)
+        if failed is not None:
+            raise failed
         return [f.result() for f in futures]
     except BaseException:
         cancel.set()

@@ -160,13 +160,19 @@ def _wait_for(predicate, limit_s: float) -> bool:
     return predicate()
 
 
+def _default_sigint() -> None:
+    """The harness takes Ctrl-C as a user's shell delivers it, whatever this test process inherited: a background
+    job of a non-interactive shell (``make test &``) starts with SIGINT ignored, and so would the harness."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("how", ["SIGKILL", "SIGINT"])
 def test_no_sample_outlives_the_harness(bwrap_path, how, system_python):
     mark = _new_mark()
     program = DAEMONS.replace("MARK", repr(mark))
     harness = subprocess.Popen([sys.executable, "-c", HARNESS, bwrap_path, system_python, "on", program],
                                env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+                               stderr=subprocess.DEVNULL, preexec_fn=_default_sigint)
     try:
         assert _wait_for(lambda: len(_marked(mark)) >= 4, 60), "the samples' daemons never started"
         harness.send_signal(getattr(signal, how))
