@@ -4,8 +4,8 @@ For each model, cache and batch: an eager decode (warmed up), then the same deco
 inductor, run once untimed to compile every shape it meets (``compile_warmup_s``: the seconds of the calls that
 compiled), then timed; each timed decode is the best of ``--repeats`` (the uncontended cost on a shared machine).
 The tokens and NFE of the two must be identical (``tokens_equal``, ``nfe_equal``; the script exits 1 otherwise),
-and the timed compiled decodes must compile nothing (``compiles_in_timed``). Models: the shipped tiny LLaDA
-checkpoint on Sudoku puzzles (gen 24, block 8, threshold 0.9) and bench.py's cpu-mid random network (prompt 256,
+and the timed compiled decodes must compile nothing (``compiles_in_timed``). Models: the shipped tiny LLaDA and Dream
+checkpoints on Sudoku puzzles (gen 24, block 8, threshold 0.9) and bench.py's cpu-mid random network (prompt 256,
 answer ``--mid-answer`` (128), block 32, 4 top-k steps a block); writes results/bench/compiled_steps_<device>.csv,
 where the rows measured replace those of the same model, cache and batch and the others stay (``--fresh``: only the
 rows of this run), so each model and batch can be measured by its own command.
@@ -31,7 +31,7 @@ from dllm_bench.tasks.sudoku import SudokuTask
 from dllm_bench.tiny.encoding import DEFAULT_GEN_LENGTH, encode_batch
 
 ROOT = Path(__file__).resolve().parent.parent
-MODELS = ("tiny_llada", "cpu-mid")
+MODELS = ("tiny_llada", "tiny_dream", "cpu-mid")
 
 
 def _bench_module():
