@@ -136,8 +136,11 @@ def test_the_fallback_without_a_cgroup_keeps_its_bounds(no_cgroup, use_bwrap_pat
 DAEMONS = ("import os\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
            "        os.execv('/bin/sleep', ['sleep', '60', MARK])\n    os._exit(0)\n"
            "os.execv('/bin/sleep', ['sleep', '61', MARK])\n")
+# The harness takes Ctrl-C as an interactive shell delivers it, whatever the test process inherited: a background
+# job of a non-interactive shell (`make test &`) starts with SIGINT ignored, and a child would inherit that.
 HARNESS = """
-import sys
+import signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from dllm_bench.tasks import sandbox, sandbox_cgroup
 path, python, cgroup, program = sys.argv[1:5]
 if path == "two_bwrap":
@@ -160,19 +163,13 @@ def _wait_for(predicate, limit_s: float) -> bool:
     return predicate()
 
 
-def _default_sigint() -> None:
-    """The harness takes Ctrl-C as a user's shell delivers it, whatever this test process inherited: a background
-    job of a non-interactive shell (``make test &``) starts with SIGINT ignored, and so would the harness."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 @pytest.mark.parametrize("how", ["SIGKILL", "SIGINT"])
 def test_no_sample_outlives_the_harness(bwrap_path, how, system_python):
     mark = _new_mark()
     program = DAEMONS.replace("MARK", repr(mark))
     harness = subprocess.Popen([sys.executable, "-c", HARNESS, bwrap_path, system_python, "on", program],
                                env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, preexec_fn=_default_sigint)
+                               stderr=subprocess.DEVNULL)
     try:
         assert _wait_for(lambda: len(_marked(mark)) >= 4, 60), "the samples' daemons never started"
         harness.send_signal(getattr(signal, how))
